@@ -1,0 +1,149 @@
+"""File layout and append-only, atomic writes.
+
+Layout under an archive root::
+
+    blobs/ab/<sha256>             every text that matters, named by the sha256 of its bytes
+    runs/<run_id>.started.json    written when a run starts (kept forever, even if interrupted)
+    runs/<run_id>.json            the sealed run record, written once when the run ends
+    index.duckdb                  derived; ``draligned archive reindex`` rebuilds it
+
+Nothing is ever replaced: writing an existing path with different bytes raises.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from draligned.hashing import canonical_json, sha256_bytes
+from draligned.records import RunRecord
+
+
+class ArchiveError(Exception):
+    """An archive operation that would lose or overwrite data, or found damaged data."""
+
+
+def write_once(path: Path, data: bytes) -> bool:
+    """Atomically create ``path`` with ``data``; True if written, False if identical bytes exist.
+
+    Uses a temp file in the same directory and ``os.link`` (which never clobbers), so a
+    crash leaves either no file or the complete file, and an existing file is never replaced.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists():
+        if path.read_bytes() == data:
+            return False
+        raise ArchiveError(f"{path}: exists with different bytes; refusing to overwrite")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            if path.read_bytes() != data:
+                raise ArchiveError(f"{path}: exists with different bytes; refusing to overwrite")
+            return False
+    finally:
+        os.unlink(tmp)
+    return True
+
+
+def record_bytes(record: RunRecord) -> bytes:
+    """The on-disk bytes of a run record: indented JSON with sorted keys and a newline."""
+    return (json.dumps(record.model_dump(mode="json"), indent=1, sort_keys=True, ensure_ascii=False) + "\n").encode()
+
+
+class Archive:
+    """An archive root on disk."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+
+    # ------------------------------------------------------------------ blobs
+    def blob_path(self, sha: str) -> Path:
+        """Where the blob with this sha256 lives."""
+        return self.root / "blobs" / sha[:2] / sha
+
+    def put_blob(self, data: bytes | str) -> str:
+        """Store bytes (str is UTF-8 encoded) and return their sha256."""
+        raw = data.encode("utf-8") if isinstance(data, str) else data
+        sha = sha256_bytes(raw)
+        write_once(self.blob_path(sha), raw)
+        return sha
+
+    def put_json_blob(self, obj: object) -> str:
+        """Store the canonical JSON of ``obj`` and return its sha256."""
+        return self.put_blob(canonical_json(obj))
+
+    def get_blob(self, sha: str, verify: bool = True) -> bytes:
+        """Read a blob; with ``verify`` raise ArchiveError if its bytes no longer match its name."""
+        path = self.blob_path(sha)
+        if not path.exists():
+            raise ArchiveError(f"{path}: blob missing")
+        data = path.read_bytes()
+        if verify and sha256_bytes(data) != sha:
+            raise ArchiveError(f"{path}: blob altered (sha256 {sha256_bytes(data)})")
+        return data
+
+    def get_text(self, sha: str) -> str:
+        """Read a verified blob as UTF-8 text."""
+        return self.get_blob(sha).decode("utf-8")
+
+    def blob_shas(self) -> list[str]:
+        """All blob names on disk, sorted."""
+        base = self.root / "blobs"
+        if not base.exists():
+            return []
+        return sorted(p.name for p in base.glob("??/*") if not p.name.startswith(".tmp-"))
+
+    # ------------------------------------------------------------------ run records
+    @property
+    def runs_dir(self) -> Path:
+        return self.root / "runs"
+
+    def write_started(self, record: RunRecord) -> None:
+        """Write the started marker of a run (status ``started``)."""
+        write_once(self.runs_dir / f"{record.run_id}.started.json", record_bytes(record.sealed()))
+
+    def write_record(self, record: RunRecord) -> RunRecord:
+        """Seal and write the final record of a run; returns the sealed record."""
+        sealed = record.sealed()
+        write_once(self.runs_dir / f"{record.run_id}.json", record_bytes(sealed))
+        return sealed
+
+    def record_paths(self) -> list[Path]:
+        """Final run record files, sorted by name."""
+        if not self.runs_dir.exists():
+            return []
+        return sorted(p for p in self.runs_dir.glob("*.json") if not p.name.endswith(".started.json"))
+
+    def started_paths(self) -> list[Path]:
+        """Started markers, sorted by name."""
+        if not self.runs_dir.exists():
+            return []
+        return sorted(self.runs_dir.glob("*.started.json"))
+
+    @staticmethod
+    def load_record(path: Path) -> RunRecord:
+        """Parse a run record file (no hash check; see ``verify``)."""
+        return RunRecord.model_validate_json(path.read_bytes())
+
+    def records(self) -> list[RunRecord]:
+        """All final run records."""
+        return [self.load_record(p) for p in self.record_paths()]
+
+    def started(self) -> list[RunRecord]:
+        """All started markers."""
+        return [self.load_record(p) for p in self.started_paths()]
+
+    def find_run(self, run_id: str) -> RunRecord:
+        """The final record of a run, or its started marker if it never ended."""
+        for path in (self.runs_dir / f"{run_id}.json", self.runs_dir / f"{run_id}.started.json"):
+            if path.exists():
+                return self.load_record(path)
+        raise ArchiveError(f"{self.runs_dir}: no run {run_id!r}")

@@ -1,0 +1,46 @@
+"""Recompute every hash in an archive and name each missing or altered file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from draligned.archive.store import Archive
+from draligned.hashing import sha256_bytes, sha256_json
+from draligned.records import RunRecord
+
+
+def verify_archive(archive: Archive) -> list[str]:
+    """Return one problem line per missing or altered file; empty when the archive is intact."""
+    problems: list[str] = []
+    if not archive.root.exists():
+        return [f"{archive.root}: archive does not exist"]
+    for sha in archive.blob_shas():
+        path = archive.blob_path(sha)
+        actual = sha256_bytes(path.read_bytes())
+        if actual != sha:
+            problems.append(f"{path}: altered blob (content sha256 {actual})")
+    for path in archive.started_paths() + archive.record_paths():
+        record = _check_record(path, problems)
+        if record is None:
+            continue
+        for sha, kind in record.blob_refs() + [(e, "final") for e in [record.final_blob] if e]:
+            if not archive.blob_path(sha).exists():
+                problems.append(f"{archive.blob_path(sha)}: missing {kind} blob referenced by {path.name}")
+    return sorted(set(problems))
+
+
+def _check_record(path: Path, problems: list[str]) -> RunRecord | None:
+    """Parse a record and check its ``record_sha256``; append problems, return it if usable."""
+    try:
+        data = json.loads(path.read_bytes())
+        record = RunRecord.model_validate(data)
+    except (ValueError, ValidationError) as exc:
+        problems.append(f"{path}: unreadable run record ({str(exc).splitlines()[0]})")
+        return None
+    body = {k: v for k, v in data.items() if k != "record_sha256"}
+    if sha256_json(body) != data.get("record_sha256"):
+        problems.append(f"{path}: altered run record (record_sha256 does not match its content)")
+    return record

@@ -1,0 +1,326 @@
+"""Pydantic records that cross a boundary: model messages and replies, run events and run records.
+
+Everything here is what gets archived or exchanged with a provider; the rules that
+produce these records live in the executors, the storage in ``draligned.archive``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from draligned.hashing import sha256_json
+
+
+class Record(BaseModel):
+    """Base for every archived record: strict fields, attribute docstrings as descriptions."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+
+# --------------------------------------------------------------------------- model I/O
+class ToolCall(Record):
+    """One tool call requested by the model."""
+
+    id: str
+    """Call id assigned by the provider (or the simulator); echoed in the tool result."""
+    name: str
+    """Name of the tool the model asked for."""
+    arguments: dict[str, Any] | None = None
+    """Arguments parsed as a JSON object; None when the raw text was not a JSON object."""
+    raw_arguments: str = ""
+    """The argument text exactly as the provider returned it."""
+    parse_error: str | None = None
+    """Why ``raw_arguments`` could not be parsed, when it could not."""
+
+
+class ToolSpec(Record):
+    """A tool offered to the model, in the order the harness contract lists it."""
+
+    name: str
+    """Tool name as sent."""
+    description: str
+    """Tool description as sent."""
+    parameters: dict[str, Any]
+    """JSON Schema of the tool's arguments as sent."""
+
+
+class Message(Record):
+    """One message of an agent context in a provider-neutral form."""
+
+    role: Literal["system", "user", "assistant", "tool"]
+    """Who speaks: the harness (system), the user, the model, or a tool result."""
+    content: str | None = None
+    """Message text; None for an assistant turn that only calls tools."""
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    """Tool calls of an assistant turn, in the order the model gave them."""
+    tool_call_id: str | None = None
+    """For a tool result: the id of the call it answers."""
+    name: str | None = None
+    """For a tool result: the tool's name."""
+
+
+class Usage(Record):
+    """Token usage of one model call as reported by the provider."""
+
+    input_tokens: int = 0
+    """Prompt tokens."""
+    output_tokens: int = 0
+    """Completion tokens, including reasoning tokens where the provider counts them there."""
+    reasoning_tokens: int = 0
+    """Reasoning tokens reported by the provider (0 when not reported)."""
+    cached_tokens: int = 0
+    """Prompt tokens served from the provider's cache."""
+
+    def __add__(self, other: "Usage") -> "Usage":
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
+            cached_tokens=self.cached_tokens + other.cached_tokens,
+        )
+
+
+class ModelReply(Record):
+    """A provider reply normalised into the project's reply model."""
+
+    text: str | None = None
+    """Assistant text (None or empty when the model only called tools)."""
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    """Tool calls in order, merged across choices/blocks where a gateway split them."""
+    finish_reason: str | None = None
+    """Normalised finish reason: stop, tool_calls, length, content_filter, refusal or None."""
+    refusal: str | None = None
+    """Provider-level refusal text, when the provider reported one."""
+    usage: Usage = Field(default_factory=Usage)
+    """Token usage of the call."""
+    model_echo: str | None = None
+    """Model identifier the server echoed back (may differ from the requested id)."""
+    request_body: dict[str, Any]
+    """The request body exactly as sent, minus credentials."""
+    raw_response: str
+    """The response body as received (JSON text), archived before anything is interpreted."""
+    latency_s: float = 0.0
+    """Wall-clock seconds from send to full reply."""
+    anomalies: list[str] = Field(default_factory=list)
+    """Protocol anomalies noticed while normalising (e.g. split reply merged, dropped tool call)."""
+
+
+# --------------------------------------------------------------------------- run events
+class ModelCallEvent(Record):
+    """A model call made by the executor."""
+
+    type: Literal["model_call"] = "model_call"
+    event_id: str
+    """Sequential id within the run (e0001, e0002, ...)."""
+    role: str = "executor"
+    """Which context made the call (executor, or a worker id in delegating harnesses)."""
+    request_blob: str
+    """sha256 of the canonical JSON request body as sent (credentials never included)."""
+    response_blob: str
+    """sha256 of the raw response text."""
+    request_fields: dict[str, Any]
+    """The request fields as sent (body minus messages and tools)."""
+    model_echo: str | None
+    """Model id echoed by the server."""
+    finish_reason: str | None
+    """Normalised finish reason."""
+    usage: Usage
+    """Token usage of this call."""
+    latency_s: float
+    """Seconds from send to reply."""
+    n_tool_calls: int
+    """Number of tool calls in the reply."""
+    anomalies: list[str] = Field(default_factory=list)
+    """Protocol anomalies noticed in this reply."""
+
+
+class ToolCallEvent(Record):
+    """A tool call executed (or refused) by the harness."""
+
+    type: Literal["tool_call"] = "tool_call"
+    event_id: str
+    """Sequential id within the run."""
+    role: str = "executor"
+    """Which context made the call."""
+    call_id: str
+    """Provider call id."""
+    tool: str
+    """Tool name."""
+    request_text: str | None = None
+    """For acquisition tools: the query (search) or URL (read), verbatim; what request packets show."""
+    arguments_blob: str
+    """sha256 of the raw argument text as the model sent it."""
+    return_blob: str
+    """sha256 of the tool return text the model received."""
+    return_chars: int
+    """Length of the return text in characters."""
+    error: str | None = None
+    """Set when the tool returned an error to the agent (malformed arguments, unknown URL, ...)."""
+
+
+class DraftEvent(Record):
+    """A saved draft version of the report."""
+
+    type: Literal["draft"] = "draft"
+    event_id: str
+    """Sequential id within the run."""
+    version: int
+    """Draft version, 1-based, in saving order."""
+    blob: str
+    """sha256 of the draft text."""
+    chars: int
+    """Draft length in characters."""
+    tool_event: str
+    """Event id of the tool call that saved it."""
+
+
+class FinalEvent(Record):
+    """The delivered final report."""
+
+    type: Literal["final"] = "final"
+    event_id: str
+    """Sequential id within the run."""
+    blob: str
+    """sha256 of the final text."""
+    chars: int
+    """Final length in characters."""
+    delivered_by: Literal["submit_report", "text_reply", "submit_file"]
+    """How the final was delivered: a submit tool or a natural text-only reply."""
+
+
+class NoticeEvent(Record):
+    """Something the harness did that a reader of the run must know about."""
+
+    type: Literal["notice"] = "notice"
+    event_id: str
+    """Sequential id within the run."""
+    code: str
+    """Machine-readable notice code, e.g. multiple_tool_calls_in_order, tool_call_not_executed."""
+    detail: str
+    """Human-readable detail."""
+
+
+Event = Annotated[
+    ModelCallEvent | ToolCallEvent | DraftEvent | FinalEvent | NoticeEvent,
+    Field(discriminator="type"),
+]
+
+RunStatus = Literal["started", "completed", "failed", "budget_exhausted"]
+
+
+class Slot(Record):
+    """One cell of a study's cartesian product; its id is a hash of this definition."""
+
+    study: str
+    """Study name."""
+    card_id: str
+    """Factor card id."""
+    card_sha256: str
+    """sha256 of the card file."""
+    arm: str
+    """Arm (P/Q) or cell (PP/QP/PQ/QQ) whose message the agent receives."""
+    model: str
+    """Model declaration name in the study."""
+    model_sha256: str
+    """sha256 of the model declaration (protocol, id, base_url, request fields, options)."""
+    harness: str
+    """Harness id (H00, H-W, H-D)."""
+    contract_sha256: str
+    """sha256 of the harness contract file."""
+    search_sha256: str
+    """sha256 of the search backend's data (corpus or pool file)."""
+    budget: dict[str, int]
+    """Per-run budget (max_model_calls, max_tool_calls)."""
+    seed: int
+    """Replicate seed; the same for the arms of one replicate so paired runs share randomness."""
+
+    @property
+    def slot_id(self) -> str:
+        """Deterministic id: the first 20 hex digits of the sha256 of the definition."""
+        return "s" + sha256_json(self.model_dump(mode="json"))[:20]
+
+
+class Counters(Record):
+    """Totals of a run."""
+
+    model_calls: int = 0
+    """Model calls made."""
+    tool_calls: int = 0
+    """Tool calls executed (including ones that returned an error)."""
+    drafts: int = 0
+    """Draft versions saved."""
+    usage: Usage = Field(default_factory=Usage)
+    """Token usage summed over the run's model calls."""
+
+
+class RunRecord(Record):
+    """The archived record of one run attempt. ``record_sha256`` covers every other field."""
+
+    run_id: str
+    """Opaque id (random); reveals nothing about the arm."""
+    attempt: int
+    """1 for the first attempt at a slot, 2 after an interrupted or failed attempt, ..."""
+    slot_id: str
+    """Id of the slot this run fills."""
+    slot: Slot
+    """The slot definition."""
+    study_sha256: str
+    """sha256 of the study file this run was started from."""
+    card_path: str
+    """Card file path as given to the study (for humans; identity is ``slot.card_sha256``)."""
+    protocol: str
+    """Model protocol (sim, openai-chat, openai-responses, anthropic)."""
+    requested_model: str
+    """Model id requested."""
+    base_url: str | None = None
+    """Endpoint base URL, when not the provider default."""
+    system_prompt_blob: str
+    """sha256 of the system prompt text."""
+    user_message_blob: str
+    """sha256 of the rendered user message for the arm."""
+    tools_blob: str
+    """sha256 of the canonical JSON of the tools as sent."""
+    status: RunStatus
+    """started (only in the started marker), completed, failed or budget_exhausted."""
+    status_reason: str | None = None
+    """Why the run failed or ended, when it did not complete normally."""
+    started_at: str
+    """UTC ISO timestamp."""
+    ended_at: str | None = None
+    """UTC ISO timestamp."""
+    counters: Counters = Field(default_factory=Counters)
+    """Run totals."""
+    events: list[Event] = Field(default_factory=list)
+    """Ordered events."""
+    final_blob: str | None = None
+    """sha256 of the final report, None when there is no final."""
+    record_sha256: str = ""
+    """sha256 of the canonical JSON of this record without this field."""
+
+    def sealed(self) -> "RunRecord":
+        """A copy with ``record_sha256`` computed over all other fields."""
+        body = self.model_dump(mode="json", exclude={"record_sha256"})
+        return self.model_copy(update={"record_sha256": sha256_json(body)})
+
+    def blob_refs(self) -> list[tuple[str, str]]:
+        """(sha256, kind) of every blob this record references, in a stable order."""
+        refs = [
+            (self.study_sha256, "study"),
+            (self.slot.card_sha256, "card"),
+            (self.slot.contract_sha256, "contract"),
+            (self.system_prompt_blob, "system_prompt"),
+            (self.user_message_blob, "user_message"),
+            (self.tools_blob, "tools"),
+        ]
+        for ev in self.events:
+            if isinstance(ev, ModelCallEvent):
+                refs += [(ev.request_blob, "model_request"), (ev.response_blob, "model_response")]
+            elif isinstance(ev, ToolCallEvent):
+                refs += [(ev.arguments_blob, "tool_arguments"), (ev.return_blob, "tool_return")]
+            elif isinstance(ev, DraftEvent):
+                refs.append((ev.blob, "draft"))
+            elif isinstance(ev, FinalEvent):
+                refs.append((ev.blob, "final"))
+        return refs
