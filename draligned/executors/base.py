@@ -1,0 +1,247 @@
+"""What every executor shares: the budget ledger, the run writer and the tool-call loop.
+
+The loop implements the contract rules that do not depend on the harness's tools:
+a text-only reply is a natural final; when the budget ends no extra call is made and no
+draft is promoted; several tool calls in one reply are executed in order (with a notice);
+a truncated, refused or empty reply fails the run with that reason, never a final.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Awaitable, Callable
+
+import jsonschema
+from pydantic import BaseModel, ConfigDict
+
+from draligned.archive import Archive
+from draligned.harness import LoadedContract
+from draligned.models import ModelAPI, ModelError
+from draligned.records import (
+    Counters, DraftEvent, FinalEvent, Message, ModelCallEvent, ModelReply, NoticeEvent,
+    RunRecord, RunStatus, ToolCall, ToolCallEvent, ToolSpec,
+)
+
+
+def utcnow() -> str:
+    """UTC timestamp in ISO format (seconds)."""
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+class Budget(BaseModel):
+    """Per-run budget from the study."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    max_model_calls: int = 30
+    """Model calls allowed in the run (root and workers together)."""
+    max_tool_calls: int = 60
+    """Tool calls allowed in the run (root and workers together)."""
+
+
+@dataclass
+class Ledger:
+    """One shared count of model and tool calls; when spent, everything stops."""
+
+    budget: Budget
+    model_calls: int = 0
+    tool_calls: int = 0
+
+    def can_call_model(self) -> bool:
+        return self.model_calls < self.budget.max_model_calls
+
+    def can_call_tool(self) -> bool:
+        return self.tool_calls < self.budget.max_tool_calls
+
+
+class RunWriter:
+    """Builds a run record event by event, putting every text in the archive as a blob."""
+
+    def __init__(self, archive: Archive, record: RunRecord) -> None:
+        self.archive = archive
+        self.record = record
+        self._next = 1
+
+    def _event_id(self) -> str:
+        eid = f"e{self._next:04d}"
+        self._next += 1
+        return eid
+
+    def start(self) -> None:
+        """Write the started marker (kept even if the run is interrupted)."""
+        self.archive.write_started(self.record)
+
+    def model_call(self, reply: ModelReply, role: str = "executor") -> ModelCallEvent:
+        body = reply.request_body
+        fields = {k: v for k, v in body.items() if k not in ("messages", "tools", "input", "system")}
+        ev = ModelCallEvent(
+            event_id=self._event_id(), role=role,
+            request_blob=self.archive.put_json_blob(body),
+            response_blob=self.archive.put_blob(reply.raw_response),
+            request_fields=fields, model_echo=reply.model_echo, finish_reason=reply.finish_reason,
+            usage=reply.usage, latency_s=round(reply.latency_s, 6),
+            n_tool_calls=len(reply.tool_calls), anomalies=reply.anomalies,
+        )
+        c = self.record.counters
+        c.model_calls += 1
+        c.usage = c.usage + reply.usage
+        self.record.events.append(ev)
+        return ev
+
+    def tool_call(self, call: ToolCall, text: str, error: str | None, request_text: str | None,
+                  role: str = "executor") -> ToolCallEvent:
+        ev = ToolCallEvent(
+            event_id=self._event_id(), role=role, call_id=call.id, tool=call.name,
+            request_text=request_text, arguments_blob=self.archive.put_blob(call.raw_arguments),
+            return_blob=self.archive.put_blob(text), return_chars=len(text), error=error,
+        )
+        self.record.counters.tool_calls += 1
+        self.record.events.append(ev)
+        return ev
+
+    def draft(self, text: str, tool_event: str) -> DraftEvent:
+        self.record.counters.drafts += 1
+        ev = DraftEvent(event_id=self._event_id(), version=self.record.counters.drafts,
+                        blob=self.archive.put_blob(text), chars=len(text), tool_event=tool_event)
+        self.record.events.append(ev)
+        return ev
+
+    def final(self, text: str, delivered_by: str) -> FinalEvent:
+        ev = FinalEvent(event_id=self._event_id(), blob=self.archive.put_blob(text), chars=len(text),
+                        delivered_by=delivered_by)
+        self.record.events.append(ev)
+        self.record.final_blob = ev.blob
+        return ev
+
+    def notice(self, code: str, detail: str) -> None:
+        self.record.events.append(NoticeEvent(event_id=self._event_id(), code=code, detail=detail))
+
+    def finish(self, status: RunStatus, reason: str | None = None) -> RunRecord:
+        """Seal and write the final record."""
+        self.record.status = status
+        self.record.status_reason = reason
+        self.record.ended_at = utcnow()
+        return self.archive.write_record(self.record)
+
+
+@dataclass
+class RunSetup:
+    """Everything an executor needs for one run."""
+
+    archive: Archive
+    record: RunRecord
+    contract: LoadedContract
+    model: ModelAPI
+    system_prompt: str
+    user_message: str
+    seed: int
+    ledger: Ledger
+
+
+@dataclass(frozen=True)
+class ToolOutcome:
+    """What a tool handler returns: the text for the agent and what the loop must record."""
+
+    text: str
+    error: str | None = None
+    request_text: str | None = None
+    draft: str | None = None
+    final: str | None = None
+    final_by: str = "submit_report"
+
+
+Handler = Callable[[dict], Awaitable[ToolOutcome]]
+
+
+@dataclass
+class Loop:
+    """One agent context driven until it delivers, fails or spends the shared ledger."""
+
+    setup: RunSetup
+    writer: RunWriter
+    tools: list[ToolSpec]
+    handlers: dict[str, Handler]
+    role: str = "executor"
+    messages: list[Message] = field(default_factory=list)
+    after_tool: Callable[[ToolCallEvent], None] | None = None
+
+    async def run(self) -> tuple[RunStatus, str | None, str | None]:
+        """Returns (status, reason, final text)."""
+        s = self.setup
+        while True:
+            if not s.ledger.can_call_model():
+                return "budget_exhausted", "model-call budget spent", None
+            try:
+                reply = await s.model.generate(self.messages, self.tools, s.seed)
+            except ModelError as exc:
+                return "failed", f"model error: {exc}", None
+            s.ledger.model_calls += 1
+            self.writer.model_call(reply, self.role)
+            self.messages.append(Message(role="assistant", content=reply.text, tool_calls=reply.tool_calls))
+            if not reply.tool_calls:
+                return self._no_tool_reply(reply)
+            if len(reply.tool_calls) > 1:
+                self.writer.notice("multiple_tool_calls_in_order",
+                                   f"{len(reply.tool_calls)} tool calls in one reply; executed in order")
+            for i, call in enumerate(reply.tool_calls):
+                if not s.ledger.can_call_tool():
+                    self._not_executed(reply.tool_calls[i:], "tool-call budget spent")
+                    return "budget_exhausted", "tool-call budget spent", None
+                outcome = await self._execute(call)
+                if outcome.final is not None:
+                    self._not_executed(reply.tool_calls[i + 1:], "the report was already submitted")
+                    return "completed", None, outcome.final
+
+    def _no_tool_reply(self, reply: ModelReply) -> tuple[RunStatus, str | None, str | None]:
+        """A reply without tool calls: a natural final only if it is a complete, non-empty text."""
+        if reply.refusal:
+            return "failed", f"refusal: {reply.refusal[:200]}", None
+        if reply.finish_reason == "length":
+            return "failed", "truncated: the reply hit the output cap (finish reason length)", None
+        if reply.finish_reason == "tool_calls":
+            return "failed", "dropped tool call: finish reason tool_calls but no tool call in the reply", None
+        if not (reply.text or "").strip():
+            return "failed", f"empty reply (finish reason {reply.finish_reason})", None
+        if reply.finish_reason not in ("stop", None):
+            return "failed", f"reply ended with finish reason {reply.finish_reason}", None
+        self.writer.final(reply.text or "", "text_reply")
+        return "completed", None, reply.text
+
+    def _not_executed(self, calls: list[ToolCall], why: str) -> None:
+        for call in calls:
+            self.writer.notice("tool_call_not_executed", f"{call.name} ({call.id}) not executed: {why}")
+
+    async def _execute(self, call: ToolCall) -> ToolOutcome:
+        """Validate arguments against the tool's schema, run the handler, record the event."""
+        spec = next((t for t in self.tools if t.name == call.name), None)
+        outcome: ToolOutcome
+        if spec is None or call.name not in self.handlers:
+            outcome = ToolOutcome(f"Error: there is no tool named {call.name!r}.", error="unknown_tool")
+        elif call.arguments is None:
+            outcome = ToolOutcome(
+                f"Error: the arguments of this {call.name} call are not a valid JSON object "
+                f"({call.parse_error or 'unparseable'}). Call the tool again with valid JSON arguments.",
+                error="malformed_arguments")
+        else:
+            try:
+                jsonschema.validate(call.arguments, spec.parameters)
+                outcome = await self.handlers[call.name](call.arguments)
+            except jsonschema.ValidationError as exc:
+                outcome = ToolOutcome(f"Error: invalid arguments for {call.name}: {exc.message}",
+                                      error="invalid_arguments")
+        self.setup.ledger.tool_calls += 1
+        ev = self.writer.tool_call(call, outcome.text, outcome.error, outcome.request_text, self.role)
+        if outcome.draft is not None:
+            self.writer.draft(outcome.draft, ev.event_id)
+        if outcome.final is not None:
+            self.writer.final(outcome.final, outcome.final_by)
+        if self.after_tool is not None:
+            self.after_tool(ev)
+        self.messages.append(Message(role="tool", content=outcome.text, tool_call_id=call.id, name=call.name))
+        return outcome
+
+
+def new_record(**fields: object) -> RunRecord:
+    """A run record in status ``started`` with zeroed counters."""
+    return RunRecord(status="started", started_at=utcnow(), counters=Counters(), **fields)

@@ -1,0 +1,48 @@
+"""H00, the report-tool harness: search, read, write_report (new draft version), submit_report."""
+
+from __future__ import annotations
+
+from draligned.executors.base import Loop, RunSetup, RunWriter, ToolOutcome
+from draligned.records import Message, RunRecord
+from draligned.tools.acquisition import AcquisitionTools, SearchBackend
+
+
+class H00Executor:
+    """One persistent context: system prompt, one user message, own history and raw tool returns."""
+
+    def __init__(self, setup: RunSetup, backend: SearchBackend) -> None:
+        self.setup = setup
+        limits = setup.contract.contract.limits
+        self.acquisition = AcquisitionTools(backend, limits)
+        self.returns = setup.contract.contract.returns
+
+    async def _search(self, args: dict) -> ToolOutcome:
+        r = self.acquisition.search(args["query"])
+        return ToolOutcome(r.text, r.error, request_text=args["query"])
+
+    async def _read(self, args: dict) -> ToolOutcome:
+        r = self.acquisition.read(args["url"])
+        return ToolOutcome(r.text, r.error, request_text=args["url"])
+
+    async def _write_report(self, args: dict) -> ToolOutcome:
+        return ToolOutcome(self.returns["write_report"], draft=args["content"])
+
+    async def _submit_report(self, args: dict) -> ToolOutcome:
+        return ToolOutcome(self.returns["submit_report"], final=args["content"])
+
+    async def run(self) -> RunRecord:
+        s = self.setup
+        writer = RunWriter(s.archive, s.record)
+        writer.start()
+        loop = Loop(
+            setup=s, writer=writer, tools=s.contract.contract.tools,
+            handlers={"search": self._search, "read": self._read,
+                      "write_report": self._write_report, "submit_report": self._submit_report},
+            messages=[Message(role="system", content=s.system_prompt),
+                      Message(role="user", content=s.user_message)],
+        )
+        try:
+            status, reason, _ = await loop.run()
+        except Exception as exc:  # recorded, never silent: the run must not look like a report
+            status, reason = "failed", f"harness error: {type(exc).__name__}: {exc}"
+        return writer.finish(status, reason)
