@@ -1,0 +1,29 @@
+"""The `draligned` command line: each concept registers its own subcommands."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+
+# Each module defines ``register(subparsers)`` and sets ``func`` on its parsers.
+_COMMAND_MODULES = ("cards", "run", "archive")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full argument parser with every registered command."""
+    parser = argparse.ArgumentParser(
+        prog="draligned",
+        description="Counterfactual behavioural evaluation of deep-research agents.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in _COMMAND_MODULES:
+        importlib.import_module(f"draligned.cli.{name}").register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the console script; returns the process exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    code = args.func(args)
+    return int(code or 0)

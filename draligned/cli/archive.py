@@ -1,0 +1,107 @@
+"""`draligned archive verify|reindex|ls|show|stats`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from rich.console import Console
+from rich.table import Table
+
+from draligned.archive import Archive, ArchiveError
+from draligned.archive.index import connect, rebuild_index
+from draligned.archive.verify import verify_archive
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("archive", help="inspect, verify and index an archive")
+    s = p.add_subparsers(dest="archive_command", required=True)
+    for name, func, help_ in (
+        ("verify", cmd_verify, "recompute every hash; non-zero exit naming each missing or altered file"),
+        ("reindex", cmd_reindex, "rebuild index.duckdb from the files"),
+        ("ls", cmd_ls, "list runs"),
+        ("stats", cmd_stats, "totals: runs, model calls, tool calls, tokens, blobs"),
+    ):
+        q = s.add_parser(name, help=help_)
+        q.add_argument("archive")
+        q.set_defaults(func=func)
+        if name == "stats":
+            q.add_argument("--json", action="store_true", help="print one JSON object")
+    q = s.add_parser("show", help="show one run record and its events")
+    q.add_argument("archive")
+    q.add_argument("run_id")
+    q.set_defaults(func=cmd_show)
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    archive = Archive(args.archive)
+    problems = verify_archive(archive)
+    for line in problems:
+        print(line, file=sys.stderr)
+    if problems:
+        print(f"FAILED: {len(problems)} problem(s) in {archive.root}", file=sys.stderr)
+        return 1
+    print(f"OK: {len(archive.record_paths())} run records and {len(archive.blob_shas())} blobs verified in {archive.root}")
+    return 0
+
+
+def cmd_reindex(args: argparse.Namespace) -> int:
+    print(rebuild_index(Archive(args.archive)))
+    return 0
+
+
+def stats(archive: Archive) -> dict[str, int]:
+    """Archive totals from the index (runs count run attempts, including interrupted ones)."""
+    with connect(archive) as con:
+        row = con.execute("""
+            SELECT count(*), count(*) FILTER (status = 'completed'), coalesce(sum(model_calls), 0),
+                   coalesce(sum(tool_calls), 0), coalesce(sum(input_tokens), 0),
+                   coalesce(sum(output_tokens), 0), coalesce(sum(reasoning_tokens), 0)
+            FROM runs""").fetchone()
+    keys = ("runs", "completed_runs", "model_calls", "tool_calls", "input_tokens", "output_tokens",
+            "reasoning_tokens")
+    out = {k: int(v) for k, v in zip(keys, row)}
+    out["blobs"] = len(archive.blob_shas())
+    return out
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    data = stats(Archive(args.archive))
+    if args.json:
+        print(json.dumps(data, sort_keys=True))
+    else:
+        for k, v in data.items():
+            print(f"{k:>18}: {v}")
+    return 0
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    archive = Archive(args.archive)
+    with connect(archive) as con:
+        rows = con.execute("""SELECT run_id, attempt, card_id, arm, model, harness, seed, status,
+                                     model_calls, tool_calls, drafts, final_blob IS NOT NULL
+                              FROM runs ORDER BY card_id, seed, model, harness, arm, attempt""").fetchall()
+    table = Table()
+    for col in ("run", "attempt", "card", "arm", "model", "harness", "seed", "status", "calls",
+                "tools", "drafts", "final"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(*(str(x) for x in r))
+    Console(width=160).print(table)
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    archive = Archive(args.archive)
+    try:
+        record = archive.find_run(args.run_id)
+    except ArchiveError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    head = record.model_dump(mode="json", exclude={"events"})
+    print(json.dumps(head, indent=1, ensure_ascii=False))
+    for ev in record.events:
+        d = ev.model_dump(mode="json")
+        print(f"{d.pop('event_id')} {d.pop('type')}: " + json.dumps(d, ensure_ascii=False))
+    return 0

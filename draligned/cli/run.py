@@ -1,0 +1,77 @@
+"""`draligned run STUDY.toml` and `draligned demo --out DIR`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from draligned.cards import CardError
+from draligned.harness import ContractError
+from draligned.models import ModelError
+from draligned.runner import StudyResult, run_study
+from draligned.study import StudyError, load_study
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEMO_STUDY = REPO_ROOT / "studies" / "demo.toml"
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("run", help="run a study (resumes: finished slots are skipped)")
+    p.add_argument("study", help="study TOML file")
+    p.add_argument("--archive", help="archive root (overrides the study's `archive`)")
+    p.set_defaults(func=cmd_run)
+    d = sub.add_parser("demo", help="run the bundled offline demo study with the simulated agent")
+    d.add_argument("--out", required=True, help="output directory; the archive goes to OUT/archive")
+    d.set_defaults(func=cmd_demo)
+
+
+def _execute(study_path: Path, archive: str | Path | None) -> tuple[int, StudyResult | None]:
+    console = Console(stderr=True)
+    try:
+        study = load_study(study_path, archive)
+        result = asyncio.run(run_study(study, show_progress=console.is_terminal))
+    except (StudyError, CardError, ContractError, ModelError) as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        return 2, None
+    _summary(result)
+    failed = result.statuses.get("failed", 0)
+    return (1 if failed else 0), result
+
+
+def _summary(result: StudyResult) -> None:
+    table = Table(title=f"Study summary ({result.archive.root})")
+    table.add_column("slots", justify="right")
+    table.add_column("skipped (already finished)", justify="right")
+    for status in ("completed", "budget_exhausted", "failed"):
+        table.add_column(status, justify="right")
+    table.add_row(str(result.slots), str(result.skipped),
+                  *(str(result.statuses.get(s, 0)) for s in ("completed", "budget_exhausted", "failed")))
+    Console().print(table)
+    for rec in result.records:
+        if rec.status == "failed":
+            Console().print(f"[red]failed[/red] {rec.run_id}: {rec.status_reason}")
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    code, _ = _execute(Path(args.study), args.archive)
+    return code
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    out = Path(args.out)
+    archive = out / "archive"
+    print("draligned demo: the agent is the offline SIMULATOR (protocol 'sim'), not a language model.",
+          file=sys.stderr)
+    code, result = _execute(DEMO_STUDY, archive)
+    if result is None:
+        return code
+    print(f"\nArchive: {archive}\nNext:\n"
+          f"  draligned archive verify {archive}\n"
+          f"  draligned archive ls {archive}\n"
+          f"  draligned archive stats {archive} --json")
+    return code

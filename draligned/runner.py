@@ -1,0 +1,100 @@
+"""Run a study: expand slots, skip finished ones, run the rest concurrently, index the archive.
+
+Resume rule: a slot is finished when one of its runs ended ``completed`` or
+``budget_exhausted`` (both are outcomes of the protocol). An interrupted run (started
+marker only) or a ``failed`` one is rerun as a new attempt; the old record is kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from draligned.archive import Archive
+from draligned.archive.index import rebuild_index
+from draligned.executors import EXECUTORS, Ledger, RunSetup
+from draligned.executors.base import new_record
+from draligned.models import ModelAPI, get_model
+from draligned.records import RunRecord, Slot
+from draligned.study import Study, StudyError
+from draligned.tools.corpus import Corpus, load_corpus
+
+FINISHED = ("completed", "budget_exhausted")
+
+
+@dataclass
+class StudyResult:
+    """What a study run did."""
+
+    archive: Archive
+    slots: int
+    skipped: int
+    statuses: Counter = field(default_factory=Counter)
+    records: list[RunRecord] = field(default_factory=list)
+
+
+def plan_resume(archive: Archive, slots: list[Slot]) -> tuple[list[Slot], dict[str, int]]:
+    """(slots still to run, attempts already started per slot id)."""
+    finished = {r.slot_id for r in archive.records() if r.status in FINISHED}
+    attempts = Counter(r.slot_id for r in archive.started())
+    return [s for s in slots if s.slot_id not in finished], dict(attempts)
+
+
+async def _run_slot(study: Study, archive: Archive, slot: Slot, attempt: int, model: ModelAPI,
+                    corpus: Corpus) -> RunRecord:
+    lc = next(c for c in study.cards if c.card.card_id == slot.card_id)
+    contract = study.contracts[slot.harness]
+    decl = model.declaration
+    system_prompt = contract.contract.system_prompt
+    user_message = lc.card.render(slot.arm).text
+    record = new_record(
+        run_id="r" + secrets.token_hex(8), attempt=attempt, slot_id=slot.slot_id, slot=slot,
+        study_sha256=study.sha256, card_path=str(lc.path), protocol=decl.protocol,
+        requested_model=decl.model, base_url=decl.base_url,
+        system_prompt_blob=archive.put_blob(system_prompt),
+        user_message_blob=archive.put_blob(user_message),
+        tools_blob=archive.put_json_blob([t.model_dump(mode="json") for t in contract.contract.tools]),
+    )
+    setup = RunSetup(archive=archive, record=record, contract=contract, model=model,
+                     system_prompt=system_prompt, user_message=user_message, seed=slot.seed,
+                     ledger=Ledger(study.spec.budget))
+    return await EXECUTORS[slot.harness](setup, corpus).run()
+
+
+async def run_study(study: Study, show_progress: bool = False) -> StudyResult:
+    """Run every unfinished slot of ``study`` with bounded concurrency."""
+    archive = Archive(study.archive_root)
+    corpus = load_corpus(study.corpus_path)
+    slots = study.slots(corpus.sha256)
+    todo, attempts = plan_resume(archive, slots)
+    result = StudyResult(archive=archive, slots=len(slots), skipped=len(slots) - len(todo))
+    if todo:
+        # Provenance: the exact study, card and contract bytes every run names by hash.
+        archive.put_blob(study.path.read_bytes())
+        for lc in study.cards:
+            if archive.put_blob(Path(lc.path).read_bytes()) != lc.file_sha256:
+                raise StudyError(f"{lc.path}: card file changed while the study was starting")
+        for c in study.contracts.values():
+            archive.put_blob(c.raw)
+    models = {m.name: get_model(m) for m in study.spec.models if any(s.model == m.name for s in todo)}
+    gate = asyncio.Semaphore(study.spec.concurrency)
+    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, disable=not show_progress) as progress:
+        bar = progress.add_task(f"{study.spec.name}: runs", total=len(todo))
+
+        async def one(slot: Slot) -> RunRecord:
+            async with gate:
+                rec = await _run_slot(study, archive, slot, attempts.get(slot.slot_id, 0) + 1,
+                                      models[slot.model], corpus)
+            progress.advance(bar)
+            return rec
+
+        result.records = list(await asyncio.gather(*(one(s) for s in todo)))
+    result.statuses.update(r.status for r in result.records)
+    rebuild_index(archive)
+    return result

@@ -1,0 +1,133 @@
+"""Study specification (a TOML file) and its expansion into slots.
+
+A slot is one cell of the cartesian product card × arm × model × harness × seed. Its id
+is a hash of its definition (including the card, contract, model declaration and search
+data hashes), so editing any of them makes new slots instead of silently reusing runs.
+"""
+
+from __future__ import annotations
+
+import glob
+import tomllib
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from draligned.cards import LoadedCard, require_runnable
+from draligned.executors.base import Budget
+from draligned.harness import LoadedContract, load_contract
+from draligned.hashing import sha256_bytes
+from draligned.models import ModelDeclaration
+from draligned.records import Slot
+
+
+class StudyError(Exception):
+    """A study file that cannot be run; the message names the file and field."""
+
+
+class StudySpec(BaseModel):
+    """The contents of a study TOML file."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    name: str
+    """Study name (recorded in every slot)."""
+    cards: list[str]
+    """Card files or globs, relative to the study file."""
+    arms: list[str] | Literal["all"] = "all"
+    """Arms/cells to run; "all" runs every arm of each card (P, Q or PP, QP, PQ, QQ)."""
+    models: list[ModelDeclaration]
+    """``[[models]]`` tables."""
+    harnesses: list[str] = Field(default_factory=lambda: ["H00"])
+    """Harness ids; each has a frozen contract in ``harnesses/``."""
+    seeds: int = 1
+    """Replicates per (card, arm, model, harness); seeds 0..n-1, shared by the arms of a pair."""
+    budget: Budget = Field(default_factory=Budget)
+    """Per-run budget."""
+    concurrency: int = 4
+    """Runs in flight at once."""
+    archive: str = "archive"
+    """Archive root, relative to the study file unless absolute."""
+    corpus: str
+    """Search corpus (JSONL), relative to the study file."""
+
+    @field_validator("seeds", "concurrency")
+    @classmethod
+    def _positive(cls, v: int) -> int:
+        if v < 1:
+            raise ValueError("must be at least 1")
+        return v
+
+
+class Study(BaseModel):
+    """A loaded study: the spec plus resolved paths and hashes."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    spec: StudySpec
+    path: Path
+    sha256: str
+    cards: list[LoadedCard]
+    contracts: dict[str, LoadedContract]
+    archive_root: Path
+    corpus_path: Path
+
+    def model_named(self, name: str) -> ModelDeclaration:
+        return next(m for m in self.spec.models if m.name == name)
+
+    def slots(self, search_sha256: str) -> list[Slot]:
+        """Every slot, in a deterministic order (card, seed, model, harness, arm)."""
+        out = []
+        for lc in self.cards:
+            arms = lc.card.arms() if self.spec.arms == "all" else [a for a in lc.card.arms() if a in self.spec.arms]
+            for seed in range(self.spec.seeds):
+                for m in self.spec.models:
+                    for h in self.spec.harnesses:
+                        for arm in arms:
+                            out.append(Slot(
+                                study=self.spec.name, card_id=lc.card.card_id, card_sha256=lc.file_sha256,
+                                arm=arm, model=m.name, model_sha256=m.sha256, harness=h,
+                                contract_sha256=self.contracts[h].sha256, search_sha256=search_sha256,
+                                budget=self.spec.budget.model_dump(), seed=seed,
+                            ))
+        return out
+
+
+def load_study(path: str | Path, archive_override: str | Path | None = None) -> Study:
+    """Parse, validate and resolve a study file. Cards must validate and be PASS."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+        spec = StudySpec.model_validate(tomllib.loads(raw.decode("utf-8")))
+    except FileNotFoundError as exc:
+        raise StudyError(f"{path}: no such study file") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise StudyError(f"{path}: invalid TOML: {exc}") from exc
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(x) for x in err["loc"])
+        raise StudyError(f"{path}: field {loc}: {err['msg']}") from exc
+    base = path.parent
+    names = [m.name for m in spec.models]
+    if len(set(names)) != len(names):
+        raise StudyError(f"{path}: field models: model names must be unique ({names})")
+    card_paths: list[Path] = []
+    for pattern in spec.cards:
+        matches = sorted(glob.glob(str(base / pattern)))
+        matches = [m for m in matches if Path(m).name != "schema.json"]
+        if not matches:
+            raise StudyError(f"{path}: field cards: {pattern!r} matches no card file")
+        card_paths += [Path(m) for m in matches]
+    cards = [require_runnable(p) for p in dict.fromkeys(card_paths)]
+    ids = [c.card.card_id for c in cards]
+    if len(set(ids)) != len(ids):
+        dup = sorted({i for i in ids if ids.count(i) > 1})
+        raise StudyError(f"{path}: field cards: card ids must be unique across files ({dup})")
+    contracts = {h: load_contract(h) for h in spec.harnesses}
+    archive_root = Path(archive_override) if archive_override else base / spec.archive
+    corpus_path = base / spec.corpus
+    if not corpus_path.exists():
+        raise StudyError(f"{path}: field corpus: {corpus_path} does not exist")
+    return Study(spec=spec, path=path, sha256=sha256_bytes(raw), cards=cards, contracts=contracts,
+                 archive_root=archive_root, corpus_path=corpus_path)
