@@ -1,0 +1,144 @@
+"""Archive integrity: write-once blobs and records, verify, reindex, resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import duckdb
+import pytest
+
+from draligned.archive import Archive, ArchiveError
+from draligned.archive.index import rebuild_index
+from draligned.archive.store import write_once
+from draligned.archive.verify import verify_archive
+from draligned.cli import main
+from draligned.hashing import sha256_bytes
+from draligned.runner import plan_resume
+from draligned.study import load_study
+from draligned.tools.corpus import load_corpus
+from tests.study_helpers import run, write_study
+
+
+@pytest.fixture(scope="module")
+def small_archive(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("study")
+    study = write_study(tmp, ["career_mobility_en.json"])
+    result = run(study)
+    assert result.statuses["completed"] == 2
+    return study, result.archive
+
+
+def test_write_once_never_replaces_different_bytes(tmp_path):
+    p = tmp_path / "x"
+    assert write_once(p, b"a") is True
+    assert write_once(p, b"a") is False
+    with pytest.raises(ArchiveError, match="refusing to overwrite"):
+        write_once(p, b"b")
+    assert p.read_bytes() == b"a"
+    assert [f.name for f in tmp_path.iterdir()] == ["x"]  # no temp files left behind
+
+
+def test_blobs_are_content_addressed(tmp_path):
+    a = Archive(tmp_path)
+    sha = a.put_blob("hello")
+    assert sha == sha256_bytes(b"hello") and a.get_text(sha) == "hello"
+
+
+def test_verify_passes_then_names_a_flipped_byte_and_a_deleted_blob(small_archive, tmp_path):
+    _, archive = small_archive
+    assert verify_archive(archive) == []
+    copy = Archive(tmp_path / "copy")
+    subprocess.run(["cp", "-a", str(archive.root), str(copy.root)], check=True)
+    rec = copy.records()[0]
+    flipped = copy.blob_path(rec.final_blob)
+    data = bytearray(flipped.read_bytes())
+    data[0] ^= 0x01
+    flipped.write_bytes(bytes(data))
+    deleted = copy.blob_path(rec.user_message_blob)
+    deleted.unlink()
+    problems = verify_archive(copy)
+    assert any(str(flipped) in p and "altered" in p for p in problems)
+    assert any(str(deleted) in p and "missing" in p for p in problems)
+    assert main(["archive", "verify", str(copy.root)]) == 1
+
+
+def test_verify_detects_an_edited_run_record(small_archive, tmp_path):
+    _, archive = small_archive
+    copy = tmp_path / "copy"
+    subprocess.run(["cp", "-a", str(archive.root), str(copy)], check=True)
+    path = Archive(copy).record_paths()[0]
+    data = json.loads(path.read_text())
+    data["status"] = "failed"
+    path.write_text(json.dumps(data))
+    problems = verify_archive(Archive(copy))
+    assert any(path.name in p and "altered run record" in p for p in problems)
+
+
+def test_reindex_reproduces_the_same_index(small_archive):
+    _, archive = small_archive
+
+    def dump():
+        with duckdb.connect(str(archive.root / "index.duckdb"), read_only=True) as con:
+            return {t: con.execute(f"SELECT * FROM {t} ORDER BY ALL").fetchall()
+                    for t in ("runs", "events", "artifacts")}
+
+    before = dump()
+    rebuild_index(archive)
+    after = dump()
+    assert before == after and len(before["runs"]) == 2 and len(before["events"]) > 10
+
+
+def test_rerun_skips_completed_slots_with_zero_model_calls(small_archive):
+    study, archive = small_archive
+    before = sorted(p.name for p in archive.runs_dir.iterdir())
+    result = run(study)
+    assert result.skipped == 2 and result.records == []
+    assert sorted(p.name for p in archive.runs_dir.iterdir()) == before
+
+
+def test_interrupted_run_is_rerun_as_new_attempt_and_old_attempt_kept(tmp_path):
+    study = write_study(tmp_path, ["career_mobility_en.json"])
+    loaded = load_study(study)
+    archive = Archive(loaded.archive_root)
+    slots = loaded.slots(load_corpus(loaded.corpus_path).sha256)
+    # Simulate a crash: a started marker for slot 0 and no final record.
+    result = run(study)
+    first = {r.slot_id: r for r in result.records}
+    crashed = first[slots[0].slot_id].model_copy(update={"run_id": "rcrashed0000", "status": "started"})
+    archive.write_started(crashed)
+    for p in archive.record_paths():  # forget that slot 0 finished
+        if archive.load_record(p).slot_id == slots[0].slot_id:
+            p.rename(p.with_suffix(".bak"))
+    todo, attempts = plan_resume(archive, slots)
+    assert [s.slot_id for s in todo] == [slots[0].slot_id]
+    again = run(study)
+    (new,) = again.records
+    assert new.slot_id == slots[0].slot_id and new.attempt == attempts[slots[0].slot_id] + 1
+    assert (archive.runs_dir / "rcrashed0000.started.json").exists()
+
+
+def test_killed_study_resumes_without_redoing_finished_runs(tmp_path):
+    """A real interruption: kill the process mid-study, rerun, every slot ends up finished once."""
+    study = write_study(tmp_path, ["car_insurance_2f_en.json", "career_mobility_en.json"], seeds=2,
+                        latency_s=0.03)
+    proc = subprocess.Popen([sys.executable, "-m", "draligned.cli", "run", str(study)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    archive = Archive(tmp_path / "archive")
+    deadline = time.time() + 60
+    while time.time() < deadline and len(archive.record_paths()) < 2:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert len(archive.started_paths()) > len(archive.record_paths())  # really interrupted
+    done_before = {p.name: p.read_bytes() for p in archive.record_paths()}
+    assert main(["run", str(study)]) == 0
+    finished = [r for r in archive.records() if r.status in ("completed", "budget_exhausted")]
+    assert len({r.slot_id for r in finished}) == len(finished) == 12
+    for name, data in done_before.items():  # nothing already archived was rewritten
+        assert (archive.runs_dir / name).read_bytes() == data
+    assert verify_archive(archive) == []

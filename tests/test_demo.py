@@ -1,0 +1,43 @@
+"""The demo runs end to end offline, verifies, and a second run makes no model call."""
+
+from __future__ import annotations
+
+import json
+
+from draligned.archive import Archive
+from draligned.archive.verify import verify_archive
+from draligned.cli import main
+from draligned.records import ToolCallEvent
+
+
+def test_demo_end_to_end_and_rerun_is_free(tmp_path, capsys):
+    out = tmp_path / "demo"
+    assert main(["demo", "--out", str(out)]) == 0
+    archive = Archive(out / "archive")
+    assert verify_archive(archive) == []
+    assert main(["archive", "stats", str(archive.root), "--json"]) == 0
+    stats = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert stats["runs"] == stats["completed_runs"] == 20  # 3 cards x 2 arms + 4 cells, 2 seeds
+    assert stats["model_calls"] > 0 and stats["tool_calls"] > 0 and stats["blobs"] > 0
+    records = archive.records()
+    assert all(r.final_blob for r in records) and all(r.counters.drafts >= 1 for r in records)
+    assert {r.slot.card_id for r in records} == {
+        "travel_budget_en", "learning_residence_zh", "career_mobility_en", "car_insurance_2f_en"}
+
+    assert main(["demo", "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["archive", "stats", str(archive.root), "--json"]) == 0
+    again = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert again == stats
+
+
+def test_demo_arms_differ_in_what_the_simulator_searched(tmp_path):
+    """The demo shows real differences between arms (the sim responds to the user condition)."""
+    main(["demo", "--out", str(tmp_path)])
+    archive = Archive(tmp_path / "archive")
+    by_card: dict[str, dict[str, set[str]]] = {}
+    for r in archive.records():
+        queries = {e.request_text for e in r.events if isinstance(e, ToolCallEvent) and e.tool == "search"}
+        by_card.setdefault(r.slot.card_id, {}).setdefault(r.slot.arm, set()).update(queries)
+    differing = [c for c, arms in by_card.items() if len({frozenset(q) for q in arms.values()}) > 1]
+    assert len(differing) >= 3

@@ -1,0 +1,78 @@
+"""Study files, slots, the simulator's contract and the run command's errors."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from draligned.archive import Archive
+from draligned.cli import main
+from draligned.models.sim import SIM_LABEL
+from draligned.records import ToolCallEvent
+from draligned.study import StudyError, load_study
+from tests.study_helpers import REPO, run, write_study
+
+
+def test_slots_are_the_cartesian_product_with_stable_ids(tmp_path):
+    study = load_study(write_study(tmp_path, ["car_insurance_2f_en.json", "travel_budget_en.json"], seeds=3))
+    slots = study.slots("c" * 64)
+    assert len(slots) == (4 + 2) * 3
+    assert len({s.slot_id for s in slots}) == len(slots)
+    assert [s.slot_id for s in slots] == [s.slot_id for s in study.slots("c" * 64)]
+    assert all(s.slot_id not in {t.slot_id for t in study.slots("d" * 64)} for s in slots)
+
+
+def test_study_errors_name_file_and_field(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('name = "x"\ncards = []\ncorpus = "c"\nseeds = 0\nmodels = []\n')
+    with pytest.raises(StudyError, match=r"bad.toml: field seeds"):
+        load_study(bad)
+    bad.write_text('name = "x"\ncards = ["nothing*.json"]\ncorpus = "c"\nmodels = []\n')
+    with pytest.raises(StudyError, match=r"field cards: 'nothing\*.json' matches no card file"):
+        load_study(bad)
+
+
+def test_non_pass_card_cannot_be_run(tmp_path):
+    card = json.loads((REPO / "factor_cards/travel_budget_en.json").read_text())
+    card["status"]["current"] = "DISPUTED"
+    (tmp_path / "disputed.json").write_text(json.dumps(card))
+    study = tmp_path / "s.toml"
+    study.write_text(write_study(tmp_path, ["travel_budget_en.json"]).read_text().replace(
+        str(REPO / "factor_cards" / "travel_budget_en.json"), str(tmp_path / "disputed.json")))
+    assert main(["run", str(study)]) == 2
+    assert not (tmp_path / "archive").exists()
+
+
+def test_unknown_protocol_fails_only_that_study_with_the_model_named(tmp_path, capsys):
+    path = write_study(tmp_path, ["travel_budget_en.json"])
+    path.write_text(path.read_text().replace('protocol = "sim"', 'protocol = "carrier-pigeon"'))
+    assert main(["run", str(path)]) == 2
+    assert "model 'sim-agent': unknown protocol 'carrier-pigeon'" in capsys.readouterr().err
+
+
+def test_sim_with_zero_sensitivity_issues_identical_requests_in_both_arms(tmp_path):
+    result = run(write_study(tmp_path, ["travel_budget_en.json"], sensitivity=0.0))
+    reqs = {r.slot.arm: [e.request_text for e in r.events if isinstance(e, ToolCallEvent) and e.request_text]
+            for r in result.records}
+    assert reqs["P"] == reqs["Q"] and reqs["P"]
+
+
+def test_sim_reports_are_labelled_as_simulator_output(tmp_path):
+    result = run(write_study(tmp_path, ["learning_residence_zh.json"]))
+    for r in result.records:
+        assert SIM_LABEL in result.archive.get_text(r.final_blob)
+
+
+def test_run_records_name_card_contract_and_request_fields(tmp_path):
+    result = run(write_study(tmp_path, ["travel_budget_en.json"]))
+    rec = result.records[0]
+    assert rec.slot.card_sha256 == __import__("draligned.hashing").hashing.sha256_file(
+        REPO / "factor_cards/travel_budget_en.json")
+    first_call = rec.events[0]
+    assert first_call.request_fields == {"model": "sim-agent-v1", "seed": 0, "temperature": 1.0,
+                                         "max_output_tokens": 16000, "parallel_tool_calls": False}
+    body = json.loads(result.archive.get_text(first_call.request_blob))
+    assert body["messages"][1]["content"] == result.archive.get_text(rec.user_message_blob)
+    assert [t["name"] for t in body["tools"]] == ["search", "read", "write_report", "submit_report"]
