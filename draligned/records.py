@@ -202,8 +202,60 @@ class NoticeEvent(Record):
     """Human-readable detail."""
 
 
+class SnapshotEvent(Record):
+    """The workspace files after a tool call (H-W/H-D); content-addressed, so unchanged files cost nothing."""
+
+    type: Literal["snapshot"] = "snapshot"
+    event_id: str
+    """Sequential id within the run."""
+    role: str = "executor"
+    """Whose workspace: the root (executor) or a worker's private one."""
+    tool_event: str
+    """Event id of the tool call after which the snapshot was taken."""
+    manifest_blob: str
+    """sha256 of the canonical JSON {"files": {path: sha256}, "symlinks": {path: target}}."""
+    changed: dict[str, str | None] = Field(default_factory=dict)
+    """Files added or changed since this role's previous snapshot (path -> sha256) or removed (None)."""
+    files: int = 0
+    """Number of regular files in the workspace."""
+    bytes: int = 0
+    """Total size of those files."""
+
+
+class WorkerRun(Record):
+    """One worker of a delegate_batch call; its model and tool events carry its role."""
+
+    worker: str
+    """Role of the worker's events (worker-1, worker-2, ... numbered across the run)."""
+    assignment_blob: str
+    """sha256 of the assignment text as the root wrote it."""
+    input_files: list[str]
+    """Root workspace files copied read-only into the worker's /workspace/inputs."""
+    status: str
+    """completed, failed or budget_exhausted."""
+    status_reason: str | None = None
+    """Why the worker did not complete, when it did not."""
+    reply_blob: str | None = None
+    """sha256 of the worker's reply text (returned verbatim to the root), None without a reply."""
+    transcript_blob: str
+    """sha256 of the canonical JSON of the worker's full message list."""
+
+
+class DelegateEvent(Record):
+    """A delegate_batch call (H-D): links the root's tool call to the workers' transcripts."""
+
+    type: Literal["delegate"] = "delegate"
+    event_id: str
+    """Sequential id within the run."""
+    tool_event: str
+    """Event id of the root's delegate_batch tool call."""
+    workers: list[WorkerRun]
+    """The batch's workers, in task order."""
+
+
 Event = Annotated[
-    ModelCallEvent | ToolCallEvent | DraftEvent | FinalEvent | NoticeEvent,
+    ModelCallEvent | ToolCallEvent | DraftEvent | FinalEvent | NoticeEvent | SnapshotEvent
+    | DelegateEvent,
     Field(discriminator="type"),
 ]
 
@@ -323,4 +375,11 @@ class RunRecord(Record):
                 refs.append((ev.blob, "draft"))
             elif isinstance(ev, FinalEvent):
                 refs.append((ev.blob, "final"))
+            elif isinstance(ev, SnapshotEvent):
+                refs.append((ev.manifest_blob, "snapshot_manifest"))
+                refs += [(sha, "workspace_file") for sha in ev.changed.values() if sha]
+            elif isinstance(ev, DelegateEvent):
+                for w in ev.workers:
+                    refs += [(w.assignment_blob, "worker_assignment"), (w.transcript_blob, "worker_transcript")]
+                    refs += [(w.reply_blob, "worker_reply")] if w.reply_blob else []
         return refs

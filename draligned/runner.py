@@ -21,6 +21,7 @@ from draligned.executors import EXECUTORS, Ledger, RunSetup
 from draligned.executors.base import new_record
 from draligned.models import ModelAPI, get_model
 from draligned.records import RunRecord, Slot
+from draligned.sandbox import SandboxUnavailable, require_sandbox
 from draligned.study import Study, StudyError
 from draligned.tools.corpus import Corpus, load_corpus
 
@@ -72,6 +73,13 @@ async def run_study(study: Study, show_progress: bool = False) -> StudyResult:
     corpus = load_corpus(study.corpus_path)
     slots = study.slots(corpus.sha256)
     todo, attempts = plan_resume(archive, slots)
+    sandboxed = sorted({s.harness for s in todo if getattr(EXECUTORS[s.harness], "needs_sandbox", False)})
+    if sandboxed:
+        try:
+            await require_sandbox()
+        except SandboxUnavailable as exc:
+            raise StudyError(f"{study.path}: harnesses {', '.join(sandboxed)} run their shell in a sandbox "
+                             f"and refuse to start without one (no unsandboxed fallback): {exc}") from exc
     result = StudyResult(archive=archive, slots=len(slots), skipped=len(slots) - len(todo))
     if todo:
         # Provenance: the exact study, card and contract bytes every run names by hash.

@@ -2,7 +2,9 @@
 
 from draligned.executors.base import Budget, Ledger, RunSetup, RunWriter
 from draligned.executors.h00 import H00Executor
+from draligned.executors.hd import HDExecutor
+from draligned.executors.hw import HWExecutor
 
-EXECUTORS = {"H00": H00Executor}
+EXECUTORS = {"H00": H00Executor, "H-W": HWExecutor, "H-D": HDExecutor}
 
-__all__ = ["Budget", "EXECUTORS", "H00Executor", "Ledger", "RunSetup", "RunWriter"]
+__all__ = ["Budget", "EXECUTORS", "H00Executor", "HDExecutor", "HWExecutor", "Ledger", "RunSetup", "RunWriter"]

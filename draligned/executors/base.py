@@ -19,8 +19,8 @@ from draligned.archive import Archive
 from draligned.harness import LoadedContract
 from draligned.models import ModelAPI, ModelError
 from draligned.records import (
-    Counters, DraftEvent, FinalEvent, Message, ModelCallEvent, ModelReply, NoticeEvent,
-    RunRecord, RunStatus, ToolCall, ToolCallEvent, ToolSpec,
+    Counters, DelegateEvent, DraftEvent, FinalEvent, Message, ModelCallEvent, ModelReply, NoticeEvent,
+    RunRecord, RunStatus, SnapshotEvent, ToolCall, ToolCallEvent, ToolSpec, WorkerRun,
 )
 
 
@@ -117,6 +117,21 @@ class RunWriter:
     def notice(self, code: str, detail: str) -> None:
         self.record.events.append(NoticeEvent(event_id=self._event_id(), code=code, detail=detail))
 
+    def snapshot(self, role: str, tool_event: str, manifest: dict, changed: dict[str, str | None],
+                 files: int, size: int) -> SnapshotEvent:
+        """Record a workspace snapshot whose manifest (path -> blob sha256) is stored as a blob."""
+        ev = SnapshotEvent(event_id=self._event_id(), role=role, tool_event=tool_event,
+                           manifest_blob=self.archive.put_json_blob(manifest), changed=changed,
+                           files=files, bytes=size)
+        self.record.events.append(ev)
+        return ev
+
+    def delegate(self, tool_event: str, workers: list[WorkerRun]) -> DelegateEvent:
+        """Link a delegate_batch tool call to its workers' transcripts."""
+        ev = DelegateEvent(event_id=self._event_id(), tool_event=tool_event, workers=workers)
+        self.record.events.append(ev)
+        return ev
+
     def finish(self, status: RunStatus, reason: str | None = None) -> RunRecord:
         """Seal and write the final record."""
         self.record.status = status
@@ -149,6 +164,8 @@ class ToolOutcome:
     draft: str | None = None
     final: str | None = None
     final_by: str = "submit_report"
+    stop: str | None = None
+    """Set when the shared ledger was spent inside the tool (H-D workers): the context stops."""
 
 
 Handler = Callable[[dict], Awaitable[ToolOutcome]]
@@ -165,6 +182,8 @@ class Loop:
     role: str = "executor"
     messages: list[Message] = field(default_factory=list)
     after_tool: Callable[[ToolCallEvent], None] | None = None
+    records_final: bool = True
+    """False for H-D workers: their text-only reply goes back to the root, not into a FinalEvent."""
 
     async def run(self) -> tuple[RunStatus, str | None, str | None]:
         """Returns (status, reason, final text)."""
@@ -192,6 +211,9 @@ class Loop:
                 if outcome.final is not None:
                     self._not_executed(reply.tool_calls[i + 1:], "the report was already submitted")
                     return "completed", None, outcome.final
+                if outcome.stop is not None:
+                    self._not_executed(reply.tool_calls[i + 1:], outcome.stop)
+                    return "budget_exhausted", outcome.stop, None
 
     def _no_tool_reply(self, reply: ModelReply) -> tuple[RunStatus, str | None, str | None]:
         """A reply without tool calls: a natural final only if it is a complete, non-empty text."""
@@ -205,7 +227,8 @@ class Loop:
             return "failed", f"empty reply (finish reason {reply.finish_reason})", None
         if reply.finish_reason not in ("stop", None):
             return "failed", f"reply ended with finish reason {reply.finish_reason}", None
-        self.writer.final(reply.text or "", "text_reply")
+        if self.records_final:
+            self.writer.final(reply.text or "", "text_reply")
         return "completed", None, reply.text
 
     def _not_executed(self, calls: list[ToolCall], why: str) -> None:

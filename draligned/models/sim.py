@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from draligned.models.base import ModelAPI
 from draligned.records import Message, ModelReply, ToolCall, ToolSpec, Usage
 from draligned.tools.corpus import tokenize
+from draligned.tools.workspace import DELIVERABLE
 
 SIM_LABEL = "SIMULATOR (draligned sim agent, not a language model)"
 _SENTENCE = re.compile(r"(?<=[.!?。！？])\s*")
@@ -41,6 +42,8 @@ class _History:
     reads: list[tuple[str, str]] = field(default_factory=list)
     drafts: int = 0
     last_tool: str | None = None
+    outputs: dict[str, str] = field(default_factory=dict)
+    """Last return text per tool name (workspace harnesses)."""
 
     @classmethod
     def parse(cls, messages: list[Message]) -> "_History":
@@ -52,6 +55,7 @@ class _History:
             call = calls[m.tool_call_id]
             args = call.arguments or {}
             hist.last_tool = call.name
+            hist.outputs[call.name] = m.content or ""
             if call.name == "search":
                 hist.searches.append(str(args.get("query", "")))
                 hist.results.append([(url, f"{title} {snip}") for title, url, snip in _RESULT.findall(m.content or "")])
@@ -122,13 +126,24 @@ class SimAgent(ModelAPI):
 
         call: ToolCall | None = None
         text: str | None = None
-        if hist.last_tool == "search" and hist.results[-1]:
+        workspace = "write_file" in tool_names  # H-W / H-D: a file workspace and a shell
+        if workspace and "submit_file" not in tool_names:
+            call, text = self._work(user, hist)
+        elif hist.last_tool == "search" and hist.results[-1]:
             call = self._read(hist, background, rng)
+        elif workspace and hist.drafts == 1 and "shell" not in hist.outputs:
+            call = self._tool("shell", {"command": "wc -w deliverable.md && ls -l"})
+        elif "delegate_batch" in tool_names and hist.drafts == 1 and "delegate_batch" not in hist.outputs:
+            call = self._delegate(task, plan.choice((1, 2)))
         elif len(hist.searches) < n_first or (revise and hist.drafts == 1 and len(hist.searches) == n_first):
             call = self._search(task, background, len(hist.searches), rng)
         elif hist.drafts < 1 + int(revise):
-            call = self._write(task, background, hist, seed)
-        elif self.declaration.options.get("final_mode", "submit") == "text" or "submit_report" not in tool_names:
+            call = self._write(task, background, hist, seed, workspace)
+        elif workspace and self.declaration.options.get("final_mode", "submit") == "submit":
+            call = (self._tool("edit_file", {"path": DELIVERABLE, "old_text": "# Draft:", "new_text": "# Final report:"})
+                    if "edit_file" not in hist.outputs else self._tool("submit_file", {"path": DELIVERABLE}))
+        elif (self.declaration.options.get("final_mode", "submit") == "text"
+              or ("submit_report" not in tool_names and not workspace)):
             text = self._report(task, background, hist, True, seed)
         else:
             call = self._tool("submit_report", {"content": self._report(task, background, hist, True, seed)})
@@ -159,8 +174,39 @@ class SimAgent(ModelAPI):
             url = results[max(range(len(results)), key=lambda i: (scores[i], -i))][0]
         return self._tool("read", {"url": url})
 
-    def _write(self, task: str, background: list[str], hist: _History, seed: int) -> ToolCall:
-        return self._tool("write_report", {"content": self._report(task, background, hist, False, seed)})
+    def _write(self, task: str, background: list[str], hist: _History, seed: int, workspace: bool) -> ToolCall:
+        report = self._report(task, background, hist, False, seed)
+        if workspace:
+            return self._tool("write_file", {"path": DELIVERABLE, "content": report})
+        return self._tool("write_report", {"content": report})
+
+    def _delegate(self, task: str, n: int) -> ToolCall:
+        """H-D: one batch: check the draft (with it as input), and optionally find one more source."""
+        tasks = [{"assignment": f"Check this draft report for the task below: count its words and list its "
+                                f"sources.\n\nTask: {task}", "input_files": [DELIVERABLE]}]
+        if n > 1:
+            tasks.append({"assignment": f"Find and read one more source for this task: {task}", "input_files": []})
+        return self._tool("delegate_batch", {"tasks": tasks})
+
+    def _work(self, assignment: str, hist: _History) -> tuple[ToolCall | None, str | None]:
+        """An H-D worker: view its input file or search and read, run one shell command, reply."""
+        inputs = re.findall(r"/workspace/inputs/\S+", assignment.rsplit("Input files (read-only):", 1)[-1])
+        if inputs and "view_file" not in hist.outputs:
+            return self._tool("view_file", {"path": inputs[0]}), None
+        if not inputs and not hist.searches:
+            return self._tool("search", {"query": " ".join(phrases(assignment.split("task:", 1)[-1])[:6])}), None
+        if hist.last_tool == "search" and hist.results[-1]:
+            return self._tool("read", {"url": hist.results[-1][0][0]}), None
+        if "shell" not in hist.outputs:
+            command = f"wc -w {inputs[0]}" if inputs else "ls -la /workspace"
+            return self._tool("shell", {"command": command}), None
+        notes = [f"Worker notes ({SIM_LABEL})."]
+        stdout = hist.outputs["shell"].partition("--- stdout ---\n")[2].partition("\n--- stderr ---")[0]
+        notes.append(f"Shell output: {stdout.strip()}")
+        notes += [f"Source read: {url} ({_page_parts(text)[0]})" for url, text in hist.reads]
+        if inputs:
+            notes.append("Sources listed in the draft: " + ", ".join(re.findall(r"^- (https?://\S+)", hist.outputs["view_file"], re.M)))
+        return None, "\n".join(notes)
 
     def _report(self, task: str, background: list[str], hist: _History, final: bool, seed: int) -> str:
         """A structured report built only from the user message and the pages it read."""

@@ -1,0 +1,199 @@
+"""The bubblewrap sandbox the H-W/H-D ``shell`` tool (and ``draligned sandbox run``) runs commands in.
+
+What the command sees: read-only system directories, the run's workspace read-write at
+``/workspace`` (optionally a read-only subtree on top), a private tmpfs ``/tmp``, a fresh
+``/proc`` and ``/dev``, no network (new network namespace), a cleared environment with a
+fixed PATH/HOME/LANG, and no capabilities. Two ways bubblewrap itself can leak are closed:
+its options go through ``--args FD`` (inside, ``/proc/1/cmdline`` is bubblewrap's own argv,
+so it shows only ``bwrap --args N -- sh -c COMMAND``), and workspaces live under an opaque
+root (``<tmp>/draligned-ws/<random>``) because ``/proc/self/mountinfo`` shows the host path
+of every bind mount. Limits: a wall-clock timeout per command, CPU seconds, address space,
+file size, open files and processes (rlimits set before bubblewrap starts, inherited by
+everything inside); output beyond a character cap is cut and the cut is reported. When the
+orchestrator runs as root, bubblewrap is started as an unprivileged uid (``nobody``), so the
+process limit applies and root-owned host files stay unreadable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import resource
+import secrets
+import shutil
+import signal
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+#: Read-only system paths bound when they exist (the minimum for a POSIX shell and coreutils).
+SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc/alternatives",
+                "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime")
+ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8"}
+NOBODY = 65534
+
+
+class SandboxUnavailable(Exception):
+    """bubblewrap is missing or cannot start a sandbox on this machine (no fallback exists)."""
+
+
+class SandboxLimits(BaseModel):
+    """Per-command limits of the sandboxed shell (from a harness contract's ``limits``)."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    timeout_s: int = 30
+    """Wall-clock seconds before the command (and everything it started) is killed."""
+    output_chars: int = 8000
+    """Characters of stdout plus stderr returned; the rest is cut and the cut reported."""
+    cpu_s: int = 20
+    """CPU seconds (RLIMIT_CPU)."""
+    memory_mb: int = 1024
+    """Address space in MiB (RLIMIT_AS)."""
+    file_mb: int = 64
+    """Largest file a command may write, in MiB (RLIMIT_FSIZE)."""
+    processes: int = 64
+    """Processes and threads (RLIMIT_NPROC)."""
+    open_files: int = 256
+    """Open file descriptors (RLIMIT_NOFILE)."""
+
+    @classmethod
+    def from_contract(cls, limits: dict[str, int]) -> "SandboxLimits":
+        """Read the ``shell_*`` keys of a contract's limits (``shell_timeout_s`` -> ``timeout_s``)."""
+        return cls(**{k.removeprefix("shell_"): v for k, v in limits.items() if k.startswith("shell_")})
+
+
+@dataclass(frozen=True)
+class ShellResult:
+    """What one sandboxed command did."""
+
+    exit_code: int
+    stdout: str
+    stderr: str
+    timed_out: bool
+    truncated: bool
+    total_chars: int
+
+    def render(self, limits: SandboxLimits) -> str:
+        """The text the agent receives: exit code, both streams, and any cut or timeout."""
+        parts = [f"exit code: {self.exit_code}", "--- stdout ---", self.stdout, "--- stderr ---", self.stderr]
+        if self.truncated:
+            parts.append(f"[output truncated: {len(self.stdout) + len(self.stderr)} of {self.total_chars} "
+                         f"characters shown (cap {limits.output_chars})]")
+        if self.timed_out:
+            parts.append(f"[timed out after {limits.timeout_s} s; the command was killed]")
+        return "\n".join(parts)
+
+
+def sandbox_uid() -> int | None:
+    """The uid bubblewrap runs as: ``nobody`` when we are root, else our own (None: no change)."""
+    return NOBODY if os.geteuid() == 0 else None
+
+
+def workspace_root() -> Path:
+    """The opaque parent of every workspace: traversable, not listable by others."""
+    root = Path(tempfile.gettempdir()) / "draligned-ws"
+    root.mkdir(mode=0o711, exist_ok=True)
+    return root
+
+
+def new_workspace() -> Path:
+    """A fresh, randomly named workspace directory owned by the sandbox uid."""
+    path = workspace_root() / secrets.token_hex(8)
+    path.mkdir(mode=0o700)
+    uid = sandbox_uid()
+    if uid is not None:
+        os.chown(path, uid, uid)
+    return path
+
+
+def bwrap_options(workspace: Path, read_only: str | None = None) -> list[str]:
+    """Every bubblewrap option (passed via ``--args``); ``read_only`` names a workspace subdir to
+    remount read-only (a worker's input snapshot)."""
+    opts = ["--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+            "--hostname", "sandbox", "--clearenv"]
+    for key, value in ENV.items():
+        opts += ["--setenv", key, value]
+    for path in SYSTEM_PATHS:
+        if os.path.islink(path):
+            opts += ["--symlink", os.readlink(path), path]
+        else:
+            opts += ["--ro-bind-try", path, path]
+    opts += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
+             "--bind", str(workspace), "/workspace"]
+    if read_only is not None:
+        opts += ["--ro-bind", str(workspace / read_only), f"/workspace/{read_only}"]
+    return opts + ["--chdir", "/workspace"]
+
+
+def _limit(limits: SandboxLimits, uid: int | None):
+    """preexec_fn: set rlimits and, when root, drop to the sandbox uid before bubblewrap starts."""
+    def apply() -> None:
+        mib = 1 << 20
+        for res, value in ((resource.RLIMIT_CPU, limits.cpu_s), (resource.RLIMIT_AS, limits.memory_mb * mib),
+                           (resource.RLIMIT_FSIZE, limits.file_mb * mib), (resource.RLIMIT_NPROC, limits.processes),
+                           (resource.RLIMIT_NOFILE, limits.open_files), (resource.RLIMIT_CORE, 0)):
+            resource.setrlimit(res, (value, value))
+        if uid is not None:
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+    return apply
+
+
+async def _read_capped(stream: asyncio.StreamReader, cap: int) -> tuple[bytes, int]:
+    """Read a stream to its end, keeping the first ``cap`` bytes; returns (kept, total bytes)."""
+    kept, total = bytearray(), 0
+    while chunk := await stream.read(65536):
+        total += len(chunk)
+        if len(kept) < cap:
+            kept += chunk[: cap - len(kept)]
+    return bytes(kept), total
+
+
+async def run_in_sandbox(workspace: Path, argv: list[str], limits: SandboxLimits,
+                         read_only: str | None = None) -> ShellResult:
+    """Run ``argv`` inside the sandbox with ``workspace`` at /workspace; never raises for the command."""
+    if shutil.which("bwrap") is None:
+        raise SandboxUnavailable("bubblewrap (bwrap) is not installed; install the 'bubblewrap' package")
+    rfd, wfd = os.pipe()
+    os.write(wfd, b"".join(o.encode() + b"\0" for o in bwrap_options(workspace, read_only)))
+    os.close(wfd)
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            "bwrap", "--args", str(rfd), "--", *argv, stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(rfd,), env={},
+            start_new_session=True, preexec_fn=_limit(limits, sandbox_uid()))
+    finally:
+        os.close(rfd)
+    cap = limits.output_chars * 4
+    reading = asyncio.gather(_read_capped(proc.stdout, cap), _read_capped(proc.stderr, cap), proc.wait())
+    timed_out = False
+    try:
+        (out, n_out), (err, n_err), code = await asyncio.wait_for(asyncio.shield(reading), limits.timeout_s)
+    except asyncio.TimeoutError:
+        timed_out = True
+        os.killpg(proc.pid, signal.SIGKILL)
+        (out, n_out), (err, n_err), code = await reading
+    stdout, stderr = out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
+    total = len(stdout) + len(stderr) + (n_out - len(out)) + (n_err - len(err))
+    stdout = stdout[: limits.output_chars]
+    stderr = stderr[: max(0, limits.output_chars - len(stdout))]
+    truncated = len(stdout) + len(stderr) < total
+    return ShellResult(exit_code=code, stdout=stdout, stderr=stderr, timed_out=timed_out,
+                       truncated=truncated, total_chars=total)
+
+
+async def require_sandbox() -> None:
+    """Start one sandbox and run ``true`` in it; raise SandboxUnavailable saying why it failed."""
+    workspace = new_workspace()
+    try:
+        result = await run_in_sandbox(workspace, ["true"], SandboxLimits(timeout_s=20))
+    finally:
+        shutil.rmtree(workspace, ignore_errors=True)
+    if result.exit_code != 0:
+        raise SandboxUnavailable(f"bubblewrap could not start a sandbox (exit {result.exit_code}): "
+                                 f"{result.stderr.strip()[:500]}")

@@ -1,0 +1,103 @@
+"""A run's workspace on the host, as the file tools and the snapshotter see it.
+
+The agent names files as ``/workspace/x`` or ``x``. Resolution is the safety rule: a path
+with a ``..`` component, an absolute path outside ``/workspace``, or one that resolves
+(through symlinks) outside the workspace directory is refused with a clear tool error, so
+the file tools never touch a host file. Snapshots never follow symlinks either (a symlink
+is recorded by its target text).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+MOUNT = PurePosixPath("/workspace")
+DELIVERABLE = "deliverable.md"
+
+
+class PathRefused(Exception):
+    """A path the file tools will not touch; the message is returned to the agent."""
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """The state of a workspace: regular files by relative path (bytes), symlinks by target."""
+
+    files: dict[str, bytes]
+    symlinks: dict[str, str]
+
+
+class Workspace:
+    """A host directory mounted at /workspace; ``read_only`` is a subdirectory the tools must not change."""
+
+    def __init__(self, root: Path, owner: int | None = None, read_only: str | None = None) -> None:
+        self.root = root.resolve()
+        self.owner = owner
+        self.read_only = read_only
+
+    def relative(self, path: str) -> str:
+        """The workspace-relative form of an agent's path, or PathRefused saying why not."""
+        if "\0" in path:
+            raise PathRefused("the path contains a NUL character")
+        p = PurePosixPath(path.strip())
+        if p.is_absolute():
+            if p != MOUNT and MOUNT not in p.parents:
+                raise PathRefused(f"{path!r} is outside /workspace; only files under /workspace can be used")
+            p = p.relative_to(MOUNT)
+        if ".." in p.parts:
+            raise PathRefused(f"{path!r} contains '..'; paths may not leave /workspace")
+        rel = str(p)
+        if rel in ("", "."):
+            raise PathRefused(f"{path!r} is the workspace directory itself, not a file")
+        return rel
+
+    def resolve(self, path: str, write: bool = False) -> Path:
+        """The host path for an agent's path after checking every rule (symlinks resolved)."""
+        rel = self.relative(path)
+        real = Path(os.path.realpath(self.root / rel))
+        if real != self.root and self.root not in real.parents:
+            raise PathRefused(f"{path!r} is a symlink that points outside /workspace; refused")
+        inside = real.relative_to(self.root).as_posix()
+        if write and self.read_only and (inside == self.read_only or inside.startswith(self.read_only + "/")):
+            raise PathRefused(f"{path!r} is in the read-only input snapshot /workspace/{self.read_only}")
+        return real
+
+    def read_text(self, path: str) -> str:
+        """A file's text (UTF-8); PathRefused when it is missing, a directory or not text."""
+        real = self.resolve(path)
+        if not real.is_file():
+            raise PathRefused(f"{path!r} does not exist or is not a file")
+        try:
+            return real.read_bytes().decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise PathRefused(f"{path!r} is not UTF-8 text") from exc
+
+    def write_text(self, path: str, text: str) -> None:
+        """Create or replace a file (parent directories too), owned by the sandbox uid."""
+        real = self.resolve(path, write=True)
+        if real.is_dir():
+            raise PathRefused(f"{path!r} is a directory")
+        missing = [d for d in [real.parent, *real.parent.parents] if self.root in d.parents and not d.exists()]
+        real.parent.mkdir(parents=True, exist_ok=True)
+        real.write_text(text, encoding="utf-8")
+        if self.owner is not None:
+            for p in [real, *missing]:
+                os.chown(p, self.owner, self.owner)
+
+    def manifest(self) -> Manifest:
+        """Every regular file and symlink under the root, never following a symlink."""
+        files: dict[str, bytes] = {}
+        symlinks: dict[str, str] = {}
+        for dirpath, dirnames, filenames in os.walk(self.root):
+            for name in sorted(dirnames + filenames):
+                full = Path(dirpath) / name
+                rel = full.relative_to(self.root).as_posix()
+                if full.is_symlink():
+                    symlinks[rel] = os.readlink(full)
+                elif name in filenames and full.is_file():
+                    fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW)
+                    with os.fdopen(fd, "rb") as fh:
+                        files[rel] = fh.read()
+        return Manifest(files=dict(sorted(files.items())), symlinks=dict(sorted(symlinks.items())))
