@@ -1,6 +1,6 @@
 """The bubblewrap sandbox the H-W/H-D ``shell`` tool (and ``draligned sandbox run``) runs commands in.
 
-What the command sees: read-only system directories, the run's workspace read-write at
+What the command sees: read-only system directories and root, the run's workspace read-write at
 ``/workspace`` (optionally a read-only subtree on top), a private tmpfs ``/tmp``, a fresh
 ``/proc`` and ``/dev``, no network (new network namespace), a cleared environment with a
 fixed PATH/HOME/LANG, and no capabilities. Two ways bubblewrap itself can leak are closed:
@@ -126,7 +126,7 @@ def bwrap_options(workspace: Path, read_only: str | None = None) -> list[str]:
              "--bind", str(workspace), "/workspace"]
     if read_only is not None:
         opts += ["--ro-bind", str(workspace / read_only), f"/workspace/{read_only}"]
-    return opts + ["--chdir", "/workspace"]
+    return opts + ["--remount-ro", "/", "--chdir", "/workspace"]
 
 
 def _limit(limits: SandboxLimits, uid: int | None):
@@ -157,16 +157,19 @@ async def _read_capped(stream: asyncio.StreamReader, cap: int) -> tuple[bytes, i
 async def run_in_sandbox(workspace: Path, argv: list[str], limits: SandboxLimits,
                          read_only: str | None = None) -> ShellResult:
     """Run ``argv`` inside the sandbox with ``workspace`` at /workspace; never raises for the command."""
-    if shutil.which("bwrap") is None:
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
         raise SandboxUnavailable("bubblewrap (bwrap) is not installed; install the 'bubblewrap' package")
     rfd, wfd = os.pipe()
     os.write(wfd, b"".join(o.encode() + b"\0" for o in bwrap_options(workspace, read_only)))
     os.close(wfd)
     try:
         proc = await asyncio.create_subprocess_exec(
-            "bwrap", "--args", str(rfd), "--", *argv, stdin=subprocess.DEVNULL,
+            "bwrap", "--args", str(rfd), "--", *argv, executable=bwrap, stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(rfd,), env={},
             start_new_session=True, preexec_fn=_limit(limits, sandbox_uid()))
+    except OSError as exc:
+        raise SandboxUnavailable(f"bubblewrap ({bwrap}) could not be started: {exc}") from exc
     finally:
         os.close(rfd)
     cap = limits.output_chars * 4
