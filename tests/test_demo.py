@@ -7,7 +7,10 @@ import json
 from draligned.archive import Archive
 from draligned.archive.verify import verify_archive
 from draligned.cli import main
-from draligned.records import ToolCallEvent
+from draligned.records import DelegateEvent, DraftEvent, FinalEvent, SnapshotEvent, ToolCallEvent
+from tests.harness_helpers import needs_bwrap
+
+pytestmark = needs_bwrap  # the demo covers H-W and H-D, whose shell needs bubblewrap
 
 
 def test_demo_end_to_end_and_rerun_is_free(tmp_path, capsys):
@@ -17,12 +20,27 @@ def test_demo_end_to_end_and_rerun_is_free(tmp_path, capsys):
     assert verify_archive(archive) == []
     assert main(["archive", "stats", str(archive.root), "--json"]) == 0
     stats = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert stats["runs"] == stats["completed_runs"] == 20  # 3 cards x 2 arms + 4 cells, 2 seeds
+    assert stats["runs"] == stats["completed_runs"] == 60  # (3 cards x 2 arms + 4 cells) x 2 seeds x 3 harnesses
     assert stats["model_calls"] > 0 and stats["tool_calls"] > 0 and stats["blobs"] > 0
     records = archive.records()
     assert all(r.final_blob for r in records) and all(r.counters.drafts >= 1 for r in records)
     assert {r.slot.card_id for r in records} == {
         "travel_budget_en", "learning_residence_zh", "career_mobility_en", "car_insurance_2f_en"}
+    assert {r.slot.harness for r in records} == {"H00", "H-W", "H-D"}
+    for r in records:
+        if r.slot.harness == "H00":
+            continue
+        tools = [e for e in r.events if isinstance(e, ToolCallEvent)]
+        snaps = [e for e in r.events if isinstance(e, SnapshotEvent)]
+        assert [s.tool_event for s in snaps] == [t.event_id for t in tools]
+        (final,) = [e for e in r.events if isinstance(e, FinalEvent)]
+        drafts = [e for e in r.events if isinstance(e, DraftEvent)]
+        assert final.delivered_by == "submit_file" and final.blob == drafts[-1].blob  # structural identity
+        assert {"shell", "write_file", "edit_file"} <= {t.tool for t in tools}
+        delegations = [e for e in r.events if isinstance(e, DelegateEvent)]
+        assert len(delegations) == (r.slot.harness == "H-D")
+        assert all(1 <= len(d.workers) <= 2 and d.workers[0].input_files == ["deliverable.md"]
+                   for d in delegations)
 
     assert main(["demo", "--out", str(out)]) == 0
     capsys.readouterr()
