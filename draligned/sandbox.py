@@ -6,7 +6,7 @@ What the command sees: read-only system directories and root, the run's workspac
 fixed PATH/HOME/LANG, and no capabilities. Two ways bubblewrap itself can leak are closed:
 its options go through ``--args FD`` (inside, ``/proc/1/cmdline`` is bubblewrap's own argv,
 so it shows only ``bwrap --args N -- sh -c COMMAND``), and workspaces live under an opaque
-root (``<tmp>/draligned-ws/<random>``) because ``/proc/self/mountinfo`` shows the host path
+root (``/tmp/draligned-ws-<uid>/<random>``) because ``/proc/self/mountinfo`` shows the host path
 of every bind mount. Limits: a wall-clock timeout per command, CPU seconds, address space,
 file size, open files and processes (rlimits set before bubblewrap starts, inherited by
 everything inside); output beyond a character cap is cut and the cut is reported. When the
@@ -23,7 +23,6 @@ import secrets
 import shutil
 import signal
 import subprocess
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -94,8 +93,9 @@ def sandbox_uid() -> int | None:
 
 
 def workspace_root() -> Path:
-    """The opaque parent of every workspace: traversable, not listable by others."""
-    root = Path(tempfile.gettempdir()) / "draligned-ws"
+    """The opaque parent of every workspace: traversable, not listable by others. Fixed under /tmp
+    (not $TMPDIR, which could name a study) and per orchestrator uid (so users do not collide)."""
+    root = Path("/tmp") / f"draligned-ws-{os.getuid()}"
     root.mkdir(mode=0o711, exist_ok=True)
     return root
 

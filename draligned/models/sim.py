@@ -9,6 +9,13 @@ sentence, the result it reads is the one closest to the user's background, and t
 recommendation is the read page closest to the background (sentences nearer the task
 weigh more: see ``background_weights``). With ``sensitivity = 0`` the
 arms of a pair issue identical requests. Nothing it writes is advice; reports label it.
+
+When offered the workspace tools (H-W, H-D) the same script writes its drafts to
+``deliverable.md`` with write_file, checks them with one shell command, (H-D) delegates one
+batch of one or two tasks (the first with the draft as input file) before searching again,
+turns the last draft into the final with edit_file and delivers it with submit_file. Offered
+worker tools (no submit_file), it views its input file or searches and reads, runs one shell
+command and replies with its notes.
 """
 
 from __future__ import annotations
