@@ -213,7 +213,8 @@ class SnapshotEvent(Record):
     tool_event: str
     """Event id of the tool call after which the snapshot was taken."""
     manifest_blob: str
-    """sha256 of the canonical JSON {"files": {path: sha256}, "symlinks": {path: target}}."""
+    """sha256 of the canonical JSON {"files": {path: sha256}, "symlinks": {path: target},
+    "oversize": {path: bytes}} (oversize: beyond the contract's snapshot_mb cap, content not archived)."""
     changed: dict[str, str | None] = Field(default_factory=dict)
     """Files added or changed since this role's previous snapshot (path -> sha256) or removed (None)."""
     files: int = 0

@@ -4,6 +4,7 @@ the final as the file text at submit_file, and nothing of the archive, run id or
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -31,7 +32,19 @@ def test_outward_symlinks_are_refused_and_inward_ones_allowed(tmp_path):
         with pytest.raises(PathRefused, match="points outside /workspace"):
             ws.resolve(path)
     assert ws.read_text("/workspace/to-in") == "inside"
-    assert ws.manifest().symlinks == {"to-etc": "/etc", "to-in": "in.md"}  # recorded, never followed
+    assert ws.manifest(1 << 20).symlinks == {"to-etc": "/etc", "to-in": "in.md"}  # recorded, never followed
+
+
+def test_special_files_are_refused_and_snapshots_stop_at_the_cap(tmp_path):
+    os.mkfifo(tmp_path / "fifo")  # writing to it would block the orchestrator forever
+    (tmp_path / "a").write_text("0123456789")
+    (tmp_path / "b").write_text("0123456789")
+    ws = Workspace(tmp_path)
+    for op in (lambda: ws.write_text("fifo", "x"), lambda: ws.read_text("fifo")):
+        with pytest.raises(PathRefused, match="not a regular file|not a file"):
+            op()
+    state = ws.manifest(15)
+    assert state.files == {"a": b"0123456789"} and state.oversize == {"b": 10}
 
 
 class TestHW:

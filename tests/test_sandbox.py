@@ -10,6 +10,7 @@ import shutil
 import socket
 import stat
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -104,6 +105,12 @@ class TestIsolation:
         assert r.exit_code != 0 and "fork" in r.stderr.lower()
         r = sh(workspace, "head -c 3000000 /dev/zero > big; wc -c < big", file_mb=1)
         assert (workspace / "big").stat().st_size <= 1 << 20
+
+    def test_no_process_outlives_its_command(self, workspace):
+        r = sh(workspace, "(sleep 1; touch /workspace/late) & echo started")
+        assert r.stdout == "started\n"
+        time.sleep(1.5)
+        assert not (workspace / "late").exists()  # snapshots see the workspace at rest
 
     def test_cli_runs_one_command_in_the_same_sandbox(self, workspace, capsys, monkeypatch):
         monkeypatch.setenv("OPENAI_API_KEY", SECRET)

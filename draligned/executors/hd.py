@@ -86,7 +86,9 @@ class HDExecutor(HWExecutor):
         loop = Loop(setup=self.setup, writer=self.writer, tools=self.worker_tools, handlers=tools.handlers(),
                     role=role, messages=[Message(role="system", content=self.worker_prompt),
                                          Message(role="user", content=task_text)],
-                    after_tool=Snapshotter(self.writer, scratch, role, drafts=False), records_final=False)
+                    after_tool=Snapshotter(self.writer, scratch, role, drafts=False,
+                                           max_mb=self.contract.limits["snapshot_mb"]),
+                    records_final=False)
         status, reason, reply = await loop.run()
         archive = self.setup.archive
         return WorkerRun(

@@ -58,7 +58,7 @@ class WorkspaceTools:
             text = self.workspace.read_text(args["path"])
         except PathRefused as exc:
             return refused(exc)
-        start = args.get("offset", 0)
+        start = min(args.get("offset", 0), len(text))
         end = min(len(text), start + min(args.get("length", self.view_chars), self.view_chars))
         shown = text[start:end]
         if start > 0 or end < len(text):
@@ -93,19 +93,21 @@ def refused(exc: PathRefused) -> ToolOutcome:
 class Snapshotter:
     """After each tool call: the workspace into the archive; for the root, deliverable.md versions are drafts."""
 
-    def __init__(self, writer: RunWriter, workspace: Workspace, role: str, drafts: bool) -> None:
+    def __init__(self, writer: RunWriter, workspace: Workspace, role: str, drafts: bool, max_mb: int) -> None:
         self.writer, self.workspace, self.role, self.drafts = writer, workspace, role, drafts
+        self.max_bytes = max_mb << 20
         self.previous: dict[str, str] = {}
         self.last_draft: bytes | None = None
 
     def __call__(self, ev: ToolCallEvent) -> None:
-        state = self.workspace.manifest()
+        state = self.workspace.manifest(self.max_bytes)
         shas = {path: self.writer.archive.put_blob(data) for path, data in state.files.items()}
         changed: dict[str, str | None] = {p: s for p, s in shas.items() if self.previous.get(p) != s}
         changed.update({p: None for p in self.previous if p not in shas})
         self.previous = shas
-        self.writer.snapshot(self.role, ev.event_id, {"files": shas, "symlinks": state.symlinks}, changed,
-                             len(shas), sum(len(d) for d in state.files.values()))
+        manifest = {"files": shas, "symlinks": state.symlinks, "oversize": state.oversize}
+        self.writer.snapshot(self.role, ev.event_id, manifest, changed, len(shas),
+                             sum(len(d) for d in state.files.values()))
         current = state.files.get(DELIVERABLE)
         if self.drafts and current is not None and current != self.last_draft:
             self.last_draft = current
@@ -124,7 +126,8 @@ class HWExecutor:
         self.writer = RunWriter(setup.archive, setup.record)
         self.workspace = Workspace(new_workspace(), owner=sandbox_uid())
         self.tools = WorkspaceTools(self.contract, backend, self.workspace)
-        self.snapshot = Snapshotter(self.writer, self.workspace, "executor", drafts=True)
+        self.snapshot = Snapshotter(self.writer, self.workspace, "executor", drafts=True,
+                                    max_mb=self.contract.limits["snapshot_mb"])
 
     def handlers(self) -> dict[str, Handler]:
         return {**self.tools.handlers(), "submit_file": self._submit_file}

@@ -23,10 +23,12 @@ class PathRefused(Exception):
 
 @dataclass(frozen=True)
 class Manifest:
-    """The state of a workspace: regular files by relative path (bytes), symlinks by target."""
+    """The state of a workspace: regular files by relative path (bytes), symlinks by target, and
+    the sizes of files left out because the snapshot cap was reached."""
 
     files: dict[str, bytes]
     symlinks: dict[str, str]
+    oversize: dict[str, int]
 
 
 class Workspace:
@@ -77,8 +79,8 @@ class Workspace:
     def write_text(self, path: str, text: str) -> None:
         """Create or replace a file (parent directories too), owned by the sandbox uid."""
         real = self.resolve(path, write=True)
-        if real.is_dir():
-            raise PathRefused(f"{path!r} is a directory")
+        if real.exists() and not real.is_file():
+            raise PathRefused(f"{path!r} exists and is not a regular file")
         missing = [d for d in [real.parent, *real.parent.parents] if self.root in d.parents and not d.exists()]
         real.parent.mkdir(parents=True, exist_ok=True)
         real.write_text(text, encoding="utf-8")
@@ -86,10 +88,13 @@ class Workspace:
             for p in [real, *missing]:
                 os.chown(p, self.owner, self.owner)
 
-    def manifest(self) -> Manifest:
-        """Every regular file and symlink under the root, never following a symlink."""
+    def manifest(self, max_bytes: int) -> Manifest:
+        """Every regular file and symlink under the root, never following a symlink; files are read
+        in path order until ``max_bytes`` in total, larger remainders are listed by size only."""
         files: dict[str, bytes] = {}
         symlinks: dict[str, str] = {}
+        oversize: dict[str, int] = {}
+        total = 0
         for dirpath, dirnames, filenames in os.walk(self.root):
             for name in sorted(dirnames + filenames):
                 full = Path(dirpath) / name
@@ -97,7 +102,13 @@ class Workspace:
                 if full.is_symlink():
                     symlinks[rel] = os.readlink(full)
                 elif name in filenames and full.is_file():
+                    size = full.stat().st_size
+                    if total + size > max_bytes:
+                        oversize[rel] = size
+                        continue
                     fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW)
                     with os.fdopen(fd, "rb") as fh:
                         files[rel] = fh.read()
-        return Manifest(files=dict(sorted(files.items())), symlinks=dict(sorted(symlinks.items())))
+                    total += len(files[rel])
+        return Manifest(files=dict(sorted(files.items())), symlinks=dict(sorted(symlinks.items())),
+                        oversize=dict(sorted(oversize.items())))
