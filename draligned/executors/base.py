@@ -4,6 +4,8 @@ The loop implements the contract rules that do not depend on the harness's tools
 a text-only reply is a natural final; when the budget ends no extra call is made and no
 draft is promoted; several tool calls in one reply are executed in order (with a notice);
 a truncated, refused or empty reply fails the run with that reason, never a final.
+A tool can stop its context (``ToolOutcome.stop``: H-D workers spent the shared ledger), and a
+worker context's text-only reply is returned to its caller instead of becoming the final.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from draligned.records import (
     Counters, DelegateEvent, DraftEvent, FinalEvent, Message, ModelCallEvent, ModelReply, NoticeEvent,
     RunRecord, RunStatus, SnapshotEvent, ToolCall, ToolCallEvent, ToolSpec, WorkerRun,
 )
+from draligned.tools.acquisition import AcquisitionTools
 
 
 def utcnow() -> str:
@@ -169,6 +172,19 @@ class ToolOutcome:
 
 
 Handler = Callable[[dict], Awaitable[ToolOutcome]]
+
+
+def acquisition_handlers(acquisition: AcquisitionTools) -> dict[str, Handler]:
+    """The search and read handlers every harness offers (the query or URL is the request text)."""
+    async def search(args: dict) -> ToolOutcome:
+        r = acquisition.search(args["query"])
+        return ToolOutcome(r.text, r.error, request_text=args["query"])
+
+    async def read(args: dict) -> ToolOutcome:
+        r = acquisition.read(args["url"])
+        return ToolOutcome(r.text, r.error, request_text=args["url"])
+
+    return {"search": search, "read": read}
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from draligned.executors.base import Loop, RunSetup, RunWriter, ToolOutcome
+from draligned.executors.base import Loop, RunSetup, RunWriter, ToolOutcome, acquisition_handlers
 from draligned.records import Message, RunRecord
 from draligned.tools.acquisition import AcquisitionTools, SearchBackend
 
@@ -16,14 +16,6 @@ class H00Executor:
         self.acquisition = AcquisitionTools(backend, limits)
         self.returns = setup.contract.contract.returns
 
-    async def _search(self, args: dict) -> ToolOutcome:
-        r = self.acquisition.search(args["query"])
-        return ToolOutcome(r.text, r.error, request_text=args["query"])
-
-    async def _read(self, args: dict) -> ToolOutcome:
-        r = self.acquisition.read(args["url"])
-        return ToolOutcome(r.text, r.error, request_text=args["url"])
-
     async def _write_report(self, args: dict) -> ToolOutcome:
         return ToolOutcome(self.returns["write_report"], draft=args["content"])
 
@@ -36,7 +28,7 @@ class H00Executor:
         writer.start()
         loop = Loop(
             setup=s, writer=writer, tools=s.contract.contract.tools,
-            handlers={"search": self._search, "read": self._read,
+            handlers={**acquisition_handlers(self.acquisition),
                       "write_report": self._write_report, "submit_report": self._submit_report},
             messages=[Message(role="system", content=s.system_prompt),
                       Message(role="user", content=s.user_message)],

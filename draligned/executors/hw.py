@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import shutil
 
-from draligned.executors.base import Handler, Loop, RunSetup, RunWriter, ToolOutcome
+from draligned.executors.base import Handler, Loop, RunSetup, RunWriter, ToolOutcome, acquisition_handlers
 from draligned.harness import Contract
 from draligned.records import Message, RunRecord, ToolCallEvent
 from draligned.sandbox import SandboxLimits, new_workspace, run_in_sandbox, sandbox_uid
@@ -35,16 +35,8 @@ class WorkspaceTools:
         self.returns = contract.returns
 
     def handlers(self) -> dict[str, Handler]:
-        return {"search": self._search, "read": self._read, "shell": self._shell,
+        return {**acquisition_handlers(self.acquisition), "shell": self._shell,
                 "view_file": self._view_file, "write_file": self._write_file, "edit_file": self._edit_file}
-
-    async def _search(self, args: dict) -> ToolOutcome:
-        r = self.acquisition.search(args["query"])
-        return ToolOutcome(r.text, r.error, request_text=args["query"])
-
-    async def _read(self, args: dict) -> ToolOutcome:
-        r = self.acquisition.read(args["url"])
-        return ToolOutcome(r.text, r.error, request_text=args["url"])
 
     async def _shell(self, args: dict) -> ToolOutcome:
         if not args["command"].strip():
