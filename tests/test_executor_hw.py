@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from draligned.harness import load_contract
 from draligned.records import DraftEvent, FinalEvent, NoticeEvent, SnapshotEvent, ToolCallEvent
+from draligned.sandbox import SandboxLimits
 from draligned.tools.workspace import PathRefused, Workspace
 from tests.harness_helpers import needs_bwrap, of_type, returns, run_harness
 from tests.scripted import ScriptedModel, call, reply
@@ -45,6 +47,18 @@ def test_special_files_are_refused_and_snapshots_stop_at_the_cap(tmp_path):
             op()
     state = ws.manifest(15)
     assert state.files == {"a": b"0123456789"} and state.oversize == {"b": 10}
+
+
+@pytest.mark.parametrize("harness", ["H-W", "H-D"])
+def test_tool_descriptions_state_the_contract_limits(harness):
+    contract = load_contract(harness).contract
+    tools, limits = {t.name: t.description for t in contract.tools}, contract.limits
+    assert f"{limits['shell_output_chars']:,} characters" in tools["shell"]
+    assert f"after {limits['shell_timeout_s']} seconds" in tools["shell"]
+    assert f"up to {limits['view_chars']:,} characters" in tools["view_file"]
+    assert [t for t in tools] == ["search", "read", "shell", "view_file", "write_file", "edit_file", "submit_file"] + (
+        ["delegate_batch"] if harness == "H-D" else [])
+    assert SandboxLimits.from_contract(limits).processes == limits["shell_processes"]
 
 
 class TestHW:

@@ -212,7 +212,8 @@ class SimAgent(ModelAPI):
         notes.append(f"Shell output: {stdout.strip()}")
         notes += [f"Source read: {url} ({_page_parts(text)[0]})" for url, text in hist.reads]
         if inputs:
-            notes.append("Sources listed in the draft: " + ", ".join(re.findall(r"^- (https?://\S+)", hist.outputs["view_file"], re.M)))
+            sources = re.findall(r"^- (https?://\S+)", hist.outputs["view_file"], re.M)
+            notes.append("Sources listed in the draft: " + ", ".join(sources))
         return None, "\n".join(notes)
 
     def _report(self, task: str, background: list[str], hist: _History, final: bool, seed: int) -> str:
