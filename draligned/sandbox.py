@@ -60,7 +60,7 @@ class SandboxLimits(BaseModel):
     """Open file descriptors (RLIMIT_NOFILE)."""
 
     @classmethod
-    def from_contract(cls, limits: dict[str, int]) -> "SandboxLimits":
+    def from_contract(cls, limits: dict[str, int]) -> SandboxLimits:
         """Read the ``shell_*`` keys of a contract's limits (``shell_timeout_s`` -> ``timeout_s``)."""
         return cls(**{k.removeprefix("shell_"): v for k, v in limits.items() if k.startswith("shell_")})
 
@@ -177,7 +177,7 @@ async def run_in_sandbox(workspace: Path, argv: list[str], limits: SandboxLimits
     timed_out = False
     try:
         (out, n_out), (err, n_err), code = await asyncio.wait_for(asyncio.shield(reading), limits.timeout_s)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         timed_out = True
         os.killpg(proc.pid, signal.SIGKILL)
         (out, n_out), (err, n_err), code = await reading

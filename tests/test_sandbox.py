@@ -17,9 +17,9 @@ import pytest
 
 from draligned.archive import Archive
 from draligned.cli import main
+from draligned.runner import run_study
 from draligned.sandbox import SandboxLimits, new_workspace, run_in_sandbox
 from draligned.study import StudyError, load_study
-from draligned.runner import run_study
 from tests.harness_helpers import needs_bwrap
 from tests.study_helpers import write_study
 
@@ -44,7 +44,6 @@ def test_workspace_dirs_are_opaque_and_private(workspace):
     assert stat.S_IMODE(workspace.stat().st_mode) == 0o700
 
 
-@pytest.mark.usefixtures("workspace")
 class TestIsolation:
     pytestmark = needs_bwrap
 

@@ -7,4 +7,4 @@ from draligned.executors.hw import HWExecutor
 
 EXECUTORS = {"H00": H00Executor, "H-W": HWExecutor, "H-D": HDExecutor}
 
-__all__ = ["Budget", "EXECUTORS", "H00Executor", "HDExecutor", "HWExecutor", "Ledger", "RunSetup", "RunWriter"]
+__all__ = ["EXECUTORS", "Budget", "H00Executor", "HDExecutor", "HWExecutor", "Ledger", "RunSetup", "RunWriter"]
