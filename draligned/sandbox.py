@@ -55,7 +55,8 @@ class SandboxLimits(BaseModel):
     file_mb: int = 64
     """Largest file a command may write, in MiB (RLIMIT_FSIZE)."""
     processes: int = 64
-    """Processes and threads (RLIMIT_NPROC)."""
+    """Processes and threads a command may add to those its uid already runs (RLIMIT_NPROC, which
+    the kernel counts per uid across the machine)."""
     open_files: int = 256
     """Open file descriptors (RLIMIT_NOFILE)."""
 
@@ -129,12 +130,27 @@ def bwrap_options(workspace: Path, read_only: str | None = None) -> list[str]:
     return opts + ["--remount-ro", "/", "--chdir", "/workspace"]
 
 
+def _tasks_of(uid: int) -> int:
+    """Threads currently run by ``uid`` on this machine (what RLIMIT_NPROC counts)."""
+    count = 0
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            fields = dict(line.split(":", 1) for line in status.read_text().splitlines() if ":" in line)
+        except OSError:  # the process ended while we looked
+            continue
+        if int(fields["Uid"].split()[0]) == uid:
+            count += int(fields["Threads"])
+    return count
+
+
 def _limit(limits: SandboxLimits, uid: int | None):
     """preexec_fn: set rlimits and, when root, drop to the sandbox uid before bubblewrap starts."""
+    nproc = _tasks_of(os.getuid() if uid is None else uid) + limits.processes
+
     def apply() -> None:
         mib = 1 << 20
         for res, value in ((resource.RLIMIT_CPU, limits.cpu_s), (resource.RLIMIT_AS, limits.memory_mb * mib),
-                           (resource.RLIMIT_FSIZE, limits.file_mb * mib), (resource.RLIMIT_NPROC, limits.processes),
+                           (resource.RLIMIT_FSIZE, limits.file_mb * mib), (resource.RLIMIT_NPROC, nproc),
                            (resource.RLIMIT_NOFILE, limits.open_files), (resource.RLIMIT_CORE, 0)):
             resource.setrlimit(res, (value, value))
         if uid is not None:

@@ -9,6 +9,7 @@ import re
 import shutil
 import socket
 import stat
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -18,7 +19,7 @@ import pytest
 from draligned.archive import Archive
 from draligned.cli import main
 from draligned.runner import run_study
-from draligned.sandbox import SandboxLimits, new_workspace, run_in_sandbox
+from draligned.sandbox import SandboxLimits, new_workspace, run_in_sandbox, sandbox_uid
 from draligned.study import StudyError, load_study
 from tests.harness_helpers import needs_bwrap
 from tests.study_helpers import write_study
@@ -100,10 +101,22 @@ class TestIsolation:
         limits = SandboxLimits(output_chars=100)
         assert len(r.stdout) == 100 and r.truncated and r.total_chars == 5000
         assert "[output truncated: 100 of 5000 characters shown (cap 100)]" in r.render(limits)
-        r = sh(workspace, "for i in $(seq 40); do sleep 3 & done; echo spawned", processes=16)
-        assert r.exit_code != 0 and "fork" in r.stderr.lower()
         r = sh(workspace, "head -c 3000000 /dev/zero > big; wc -c < big", file_mb=1)
         assert (workspace / "big").stat().st_size <= 1 << 20
+
+    def test_process_limit_counts_only_what_a_command_adds(self, workspace):
+        uid = sandbox_uid()
+        drop = (lambda: os.setuid(uid)) if uid is not None else None
+        others = [subprocess.Popen(["sleep", "30"], preexec_fn=drop) for _ in range(24)]  # same uid, elsewhere
+        try:
+            ok = sh(workspace, "for i in $(seq 5); do sleep 1 & done; wait; echo ok", processes=16)
+            bomb = sh(workspace, "for i in $(seq 40); do sleep 3 & done; echo spawned", processes=16)
+        finally:
+            for p in others:
+                p.kill()
+                p.wait()
+        assert ok.stdout == "ok\n"
+        assert bomb.exit_code != 0 and "fork" in bomb.stderr.lower()
 
     def test_no_process_outlives_its_command(self, workspace):
         r = sh(workspace, "(sleep 1; touch /workspace/late) & echo started")
