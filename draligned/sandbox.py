@@ -22,6 +22,7 @@ import resource
 import secrets
 import shutil
 import signal
+import stat
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,7 @@ SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc/alter
                 "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime")
 ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8"}
 NOBODY = 65534
+WORKSPACE_BASE = Path("/tmp")
 
 
 class SandboxUnavailable(Exception):
@@ -96,8 +98,12 @@ def sandbox_uid() -> int | None:
 def workspace_root() -> Path:
     """The opaque parent of every workspace: traversable, not listable by others. Fixed under /tmp
     (not $TMPDIR, which could name a study) and per orchestrator uid (so users do not collide)."""
-    root = Path("/tmp") / f"draligned-ws-{os.getuid()}"
+    root = WORKSPACE_BASE / f"draligned-ws-{os.getuid()}"
     root.mkdir(mode=0o711, exist_ok=True)
+    st = os.lstat(root)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or stat.S_IMODE(st.st_mode) != 0o711:
+        raise SandboxUnavailable(f"{root} exists but is not a directory owned by uid {os.getuid()} with mode "
+                                 f"0711 (someone else may have created it); remove it and retry")
     return root
 
 

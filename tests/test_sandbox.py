@@ -19,7 +19,7 @@ import pytest
 from draligned.archive import Archive
 from draligned.cli import main
 from draligned.runner import run_study
-from draligned.sandbox import SandboxLimits, new_workspace, run_in_sandbox, sandbox_uid
+from draligned.sandbox import SandboxLimits, SandboxUnavailable, new_workspace, run_in_sandbox, sandbox_uid
 from draligned.study import StudyError, load_study
 from tests.harness_helpers import needs_bwrap
 from tests.study_helpers import write_study
@@ -43,6 +43,16 @@ def test_workspace_dirs_are_opaque_and_private(workspace):
     assert re.fullmatch(r"[0-9a-f]{16}", workspace.name) and workspace.parent == Path(f"/tmp/draligned-ws-{os.getuid()}")
     assert stat.S_IMODE(workspace.parent.stat().st_mode) == 0o711  # others cannot list sibling workspaces
     assert stat.S_IMODE(workspace.stat().st_mode) == 0o700
+
+
+def test_a_workspace_root_planted_by_someone_else_is_refused(monkeypatch, tmp_path):
+    planted = tmp_path / "planted"
+    planted.mkdir()
+    monkeypatch.setattr("draligned.sandbox.WORKSPACE_BASE", tmp_path)
+    (tmp_path / f"draligned-ws-{os.getuid()}").symlink_to(planted)
+    with pytest.raises(SandboxUnavailable, match="not a directory owned by"):
+        new_workspace()
+    assert list(planted.iterdir()) == []
 
 
 class TestIsolation:
