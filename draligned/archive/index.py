@@ -6,7 +6,9 @@ files in a deterministic order, so rebuilding twice gives identical table conten
 
 from __future__ import annotations
 
+import json
 import os
+import tempfile
 from pathlib import Path
 
 import duckdb
@@ -70,6 +72,21 @@ def _event_rows(r: RunRecord) -> list[tuple]:
     return rows
 
 
+def _bulk_insert(con: duckdb.DuckDBPyConnection, table: str, rows: list[tuple], scratch: Path) -> None:
+    """Insert many rows at once through a newline-delimited JSON file (executemany is slow)."""
+    if not rows:
+        return
+    cols = con.execute(f"SELECT column_name, data_type FROM information_schema.columns "
+                       f"WHERE table_name = '{table}' ORDER BY ordinal_position").fetchall()
+    path = scratch / f"{table}.jsonl"
+    with path.open("w", encoding="utf-8") as fh:
+        for row in rows:
+            fh.write(json.dumps(dict(zip((c for c, _ in cols), row)), ensure_ascii=False) + "\n")
+    spec = "{" + ", ".join(f"'{c}': '{t}'" for c, t in cols) + "}"
+    con.execute(f"INSERT INTO {table} SELECT * FROM read_json(?, format='newline_delimited', columns={spec})",
+                [str(path)])
+
+
 def rebuild_index(archive: Archive) -> Path:
     """Rebuild ``index.duckdb`` from the run records (started markers included) and blobs."""
     target = archive.root / "index.duckdb"
@@ -78,20 +95,16 @@ def rebuild_index(archive: Archive) -> Path:
         stale.unlink(missing_ok=True)
     records = {r.run_id: r for r in archive.started()}
     records.update({r.run_id: r for r in archive.records()})
+    ordered = [records[k] for k in sorted(records)]
+    arts = sorted({(sha, kind, r.run_id) for r in ordered for sha, kind in r.blob_refs()})
     con = duckdb.connect(str(tmp))
     try:
         con.execute(SCHEMA)
-        ordered = [records[k] for k in sorted(records)]
-        if ordered:
-            con.executemany(f"INSERT INTO runs VALUES ({','.join('?' * 25)})", [_run_row(r) for r in ordered])
-            events = [row for r in ordered for row in _event_rows(r)]
-            if events:
-                con.executemany(f"INSERT INTO events VALUES ({','.join('?' * 18)})", events)
-            arts = sorted({(sha, kind, r.run_id) for r in ordered for sha, kind in r.blob_refs()})
-            con.executemany(
-                "INSERT INTO artifacts VALUES (?, ?, ?, ?)",
-                [(sha, kind, run, _size(archive, sha)) for sha, kind, run in arts],
-            )
+        with tempfile.TemporaryDirectory(dir=archive.root, prefix=".index-") as scratch:
+            _bulk_insert(con, "runs", [_run_row(r) for r in ordered], Path(scratch))
+            _bulk_insert(con, "events", [row for r in ordered for row in _event_rows(r)], Path(scratch))
+            _bulk_insert(con, "artifacts", [(sha, kind, run, _size(archive, sha)) for sha, kind, run in arts],
+                         Path(scratch))
     finally:
         con.close()
     os.replace(tmp, target)

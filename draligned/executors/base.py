@@ -165,6 +165,13 @@ class Loop:
     role: str = "executor"
     messages: list[Message] = field(default_factory=list)
     after_tool: Callable[[ToolCallEvent], None] | None = None
+    _validators: dict[str, jsonschema.protocols.Validator] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for spec in self.tools:
+            cls = jsonschema.validators.validator_for(spec.parameters)
+            cls.check_schema(spec.parameters)
+            self._validators[spec.name] = cls(spec.parameters)
 
     async def run(self) -> tuple[RunStatus, str | None, str | None]:
         """Returns (status, reason, final text)."""
@@ -224,12 +231,12 @@ class Loop:
                 f"({call.parse_error or 'unparseable'}). Call the tool again with valid JSON arguments.",
                 error="malformed_arguments")
         else:
-            try:
-                jsonschema.validate(call.arguments, spec.parameters)
-                outcome = await self.handlers[call.name](call.arguments)
-            except jsonschema.ValidationError as exc:
-                outcome = ToolOutcome(f"Error: invalid arguments for {call.name}: {exc.message}",
+            problem = jsonschema.exceptions.best_match(self._validators[call.name].iter_errors(call.arguments))
+            if problem is not None:
+                outcome = ToolOutcome(f"Error: invalid arguments for {call.name}: {problem.message}",
                                       error="invalid_arguments")
+            else:
+                outcome = await self.handlers[call.name](call.arguments)
         self.setup.ledger.tool_calls += 1
         ev = self.writer.tool_call(call, outcome.text, outcome.error, outcome.request_text, self.role)
         if outcome.draft is not None:
