@@ -172,8 +172,8 @@ class SimAgent(ModelAPI):
         ranked = [pages[i] for i in order]
         title = _SENTENCE.split(task)[0].rstrip(".:：。")
         lines = [f"# {'Final report' if final else 'Draft'}: {title}", ""]
-        if background:
-            lines += ["## Your situation", " ".join(background), ""]
+        if background:  # restates what the user said last, never the whole background verbatim
+            lines += ["## Your situation", " ".join(background[-2:] if len(background) > 2 else background[-1:]), ""]
         lines.append("## Main recommendation")
         if ranked:
             head, body = _page_parts(ranked[0][1])
