@@ -71,7 +71,7 @@ def _event_rows(r: RunRecord) -> list[tuple]:
 
 
 def rebuild_index(archive: Archive) -> Path:
-    """Rebuild ``index.duckdb`` from the run records (started markers included) and blobs."""
+    """Rebuild ``index.duckdb`` from the run records (started markers included), blobs and reads."""
     target = archive.root / "index.duckdb"
     tmp = archive.root / ".index.duckdb.tmp"
     for stale in (tmp, Path(str(tmp) + ".wal")):
@@ -92,6 +92,9 @@ def rebuild_index(archive: Archive) -> Path:
                 "INSERT INTO artifacts VALUES (?, ?, ?, ?)",
                 [(sha, kind, run, _size(archive, sha)) for sha, kind, run in arts],
             )
+        from draligned.evaluator.index import add_evaluator_tables  # evaluator depends on archive
+
+        add_evaluator_tables(con, archive)
     finally:
         con.close()
     os.replace(tmp, target)
