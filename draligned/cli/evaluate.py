@@ -86,8 +86,8 @@ def print_pair_matrix(cells: list[PairCell], document: str = "final", title: str
     """Arm A (rows) × arm B (columns) counts of states for one document role."""
     counts = pair_matrix(cells, document)
     used = [s for s in STATES if any(s in k for k in counts)]
-    table = Table(title=title or f"Pair matrix of {document} states (rows: arm P side, columns: arm Q side)")
-    table.add_column("P \\ Q")
+    table = Table(title=title or f"{document} states")
+    table.add_column("P arm \\ Q arm")
     for s in used:
         table.add_column(s, justify="right")
     for a in used:

@@ -92,7 +92,7 @@ def affinity(texts: list[str], weights: dict[str, float]) -> list[float]:
     background weight and by how few of the texts contain them (a word all share says nothing)."""
     bags = [set(tokenize(t)) & weights.keys() for t in texts]
     df = {w: sum(w in b for b in bags) for w in weights}
-    return [sum(weights[w] * math.log((len(texts) + 1) / df[w]) for w in b) for b in bags]
+    return [sum(weights[w] * math.log((len(texts) + 1) / df[w]) for w in sorted(b)) for b in bags]
 
 
 class SimAgent(ModelAPI):
