@@ -122,6 +122,19 @@ def test_second_evaluator_leaves_first_and_runs_byte_identical(demo):
     assert main(["agreement", str(archive.root), "--evaluators", f"{SIM_ID},sim-second"]) == 0
 
 
+def test_mirrored_reads_turn_a_position_bias_into_unknown(demo):
+    """An evaluator that calls two-sided main advice for ALPHA disagrees with itself across reads."""
+    archive, _ = demo
+    ev = _evaluator("sim-order-bias")
+    model = ev.spec.model.model_copy(update={"options": {"order_bias": True}})
+    ev = ev.model_copy(update={"spec": ev.spec.model_copy(update={"model": model})})
+    asyncio.run(read_archive(archive, ev, ["final"]))
+    biased = {(r.run_id, r.axis_id): r.decision for r in state_rows(archive, "sim-order-bias")}
+    plain = {(r.run_id, r.axis_id): r.decision for r in state_rows(archive, SIM_ID) if r.document == "final"}
+    both = [k for k, d in plain.items() if d.state == "BOTH"]
+    assert both and all((biased[k].state, biased[k].reason) == ("UNKNOWN", "READS_DISAGREE") for k in both)
+
+
 def test_reread_is_idempotent_and_makes_no_model_call(demo):
     archive, _ = demo
     model = Counting()

@@ -13,12 +13,13 @@ from rich.table import Table
 
 from draligned.archive.index import rebuild_index
 from draligned.archive.store import Archive, ArchiveError
-from draligned.evaluator.agreement import between_evaluators, between_reads
 from draligned.evaluator.aggregate import STATES
+from draligned.evaluator.agreement import between_evaluators, between_reads
 from draligned.evaluator.config import EvaluatorError, load_evaluator
 from draligned.evaluator.reading import PHASES, ReadSummary, read_archive
 from draligned.evaluator.review import export_sheet, import_answers
 from draligned.evaluator.states import PairCell, pair_cells, pair_matrix, state_rows
+from draligned.evaluator.storage import ReadStore
 from draligned.models import ModelError
 
 _PHASE_ALIASES = {"requests": "requests", "drafts": "draft", "draft": "draft", "final": "final"}
@@ -34,6 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("archive")
     s.add_argument("--evaluator", required=True, help="evaluator id")
     s.add_argument("--json", action="store_true", help="one JSON object per (run, phase, document, axis)")
+    s.add_argument("--pairs", action="store_true", help="with --json: one object per pair and document")
     s.set_defaults(func=cmd_states)
     a = sub.add_parser("agreement", help="exact agreement and Cohen's kappa per phase")
     a.add_argument("archive")
@@ -62,7 +64,7 @@ def parse_phases(text: str) -> list[str]:
         raise SystemExit(f"unknown phase {exc.args[0]!r}; use requests, drafts, final") from None
 
 
-def run_read(archive: Archive, evaluator_file: str | Path, phases: list[str] = list(PHASES)) -> ReadSummary:
+def run_read(archive: Archive, evaluator_file: str | Path, phases: tuple[str, ...] = PHASES) -> ReadSummary:
     """Read and reindex; raises EvaluatorError, ArchiveError or ModelError."""
     summary = asyncio.run(read_archive(archive, load_evaluator(evaluator_file), phases))
     rebuild_index(archive)
@@ -72,7 +74,7 @@ def run_read(archive: Archive, evaluator_file: str | Path, phases: list[str] = l
 def cmd_read(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     try:
-        summary = run_read(Archive(args.archive), args.evaluator, parse_phases(args.phase))
+        summary = run_read(Archive(args.archive), args.evaluator, tuple(parse_phases(args.phase)))
     except (EvaluatorError, ArchiveError, ModelError) as exc:
         console.print(f"[red]error:[/red] {exc}")
         return 2
@@ -97,7 +99,16 @@ def print_pair_matrix(cells: list[PairCell], document: str = "final", title: str
 
 def cmd_states(args: argparse.Namespace) -> int:
     archive = Archive(args.archive)
+    if not ReadStore(archive, args.evaluator).exists():
+        known = ", ".join(ReadStore.evaluator_ids(archive)) or "none"
+        print(f"error: evaluator {args.evaluator!r} has not read {archive.root} (read by: {known})",
+              file=sys.stderr)
+        return 2
     rows = state_rows(archive, args.evaluator)
+    if args.json and args.pairs:
+        for cell in pair_cells(archive, rows):
+            print(json.dumps(cell.model_dump(mode="json")))
+        return 0
     if args.json:
         for r in rows:
             d = r.decision

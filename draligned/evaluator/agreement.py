@@ -7,7 +7,7 @@ give the same single answer; a constant rater beside a varying one gives kappa 0
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from typing import Hashable
+from collections.abc import Hashable
 
 from pydantic import BaseModel, ConfigDict
 

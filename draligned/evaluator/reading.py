@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from typing import Iterable
+from collections.abc import Iterable
 
 from pydantic import BaseModel, ConfigDict
 
@@ -19,7 +19,12 @@ from draligned.cards import Card
 from draligned.evaluator.config import Evaluator
 from draligned.evaluator.ingest import ingest
 from draligned.evaluator.packets import (
-    Packet, Phase, build_packets, document_units, forbidden_strings, request_units,
+    Packet,
+    Phase,
+    build_packets,
+    document_units,
+    forbidden_strings,
+    request_units,
 )
 from draligned.evaluator.storage import ReadRecord, ReadStore
 from draligned.models.base import ModelAPI, get_model

@@ -6,6 +6,8 @@ goes through the same archive -> ingest -> aggregate path. Its rules: a factor's
 the words of the ALPHA text absent from BETA (and vice versa); a request or paragraph is on the
 side whose words it contains. Paragraph cues give kind and status: "Your situation" is a user
 restatement, "Main recommendation" the main advice, "Backup" a backup, "Plan" a comparison.
+With option ``order_bias = true`` it calls a paragraph holding words of both sides for whichever
+endpoint is listed first (ALPHA): the position bias that mirrored reads expose as UNKNOWN.
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ from draligned.records import Message, ModelReply, ToolSpec, Usage
 from draligned.tools.corpus import tokenize
 
 SIM_EVALUATOR_LABEL = "SIMULATOR (draligned lexical sim evaluator, not a language model)"
-_FACTOR = re.compile(r"^FACTOR (\S+)\n(?:.*\n)*?ALPHA: (.*)\nBETA: (.*)$", re.M)
-_ENTRY = re.compile(r"^\[([pr]\d{3,})\] ", re.M)
+_FACTOR = re.compile(r"^FACTOR (\S+)\n(?:.*\n)*?ALPHA: (.*)\nBETA: (.*)$", re.MULTILINE)
+_ENTRY = re.compile(r"^\[([pr]\d{3,})\] ", re.MULTILINE)
 _CUES = (("your situation", "USER_RESTATEMENT", "MENTION_ONLY"),
          ("main recommendation", "ACTOR_ADVICE", "MAIN"),
          ("backup", "ACTOR_ADVICE", "BACKUP"),
@@ -40,13 +42,15 @@ def _entries(section: str) -> list[tuple[str, str]]:
             for k, m in enumerate(marks)]
 
 
-def _side(text: str, alpha: set[str], beta: set[str]) -> str:
+def _side(text: str, alpha: set[str], beta: set[str], order_bias: bool = False) -> str:
     words = set(tokenize(text))
     a, b = bool(words & alpha), bool(words & beta)
-    return "BOTH" if a and b else "ALPHA_SIDE" if a else "BETA_SIDE" if b else "NEITHER"
+    if a and b:
+        return "ALPHA_SIDE" if order_bias else "BOTH"
+    return "ALPHA_SIDE" if a else "BETA_SIDE" if b else "NEITHER"
 
 
-def answer(prompt: str) -> dict:
+def answer(prompt: str, order_bias: bool = False) -> dict:
     """The simulator's JSON answer to one packet prompt."""
     factors = []
     for fid, alpha, beta in _FACTOR.findall(_section(prompt, "FACTORS")):
@@ -62,7 +66,7 @@ def answer(prompt: str) -> dict:
         if cue is None:
             continue
         for fid, wa, wb in factors:
-            side = _side(text, wa, wb)
+            side = _side(text, wa, wb, order_bias)
             if side != "NEITHER" or cue[1] == "MAIN":
                 items.append({"axis_id": fid, "kind": cue[0], "status": cue[1], "side": side,
                               "source_ids": [pid], "entity_key": head.lstrip("#* ")[:60] or pid,
@@ -76,7 +80,8 @@ class SimEvaluator(ModelAPI):
     async def generate(self, messages: list[Message], tools: list[ToolSpec], seed: int) -> ModelReply:
         started = time.perf_counter()
         prompt = next(m.content or "" for m in messages if m.role == "user")
-        text = json.dumps(answer(prompt), ensure_ascii=False)
+        text = json.dumps(answer(prompt, bool(self.declaration.options.get("order_bias", False))),
+                          ensure_ascii=False)
         usage = Usage(input_tokens=len(prompt) // 4 + 1, output_tokens=len(text) // 4 + 1)
         raw = {"object": "draligned.sim_evaluator.reply", "simulator": SIM_EVALUATOR_LABEL,
                "model": self.declaration.model, "content": text, "finish_reason": "stop"}

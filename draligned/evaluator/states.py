@@ -9,13 +9,20 @@ phase and document (paper Table 22); a document one arm lacks is NO_DOCUMENT.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from draligned.archive.store import Archive
 from draligned.cards import Card, Endpoint, comparisons
 from draligned.evaluator.aggregate import (
-    ReadLabel, RestoredSide, State, StateDecision, document_state, read_label, request_readout,
+    ReadLabel,
+    RestoredSide,
+    State,
+    StateDecision,
+    document_state,
+    read_label,
+    request_readout,
 )
 from draligned.evaluator.packets import Manifest, Phase
 from draligned.evaluator.reading import load_card, pair_key
@@ -77,10 +84,11 @@ class PairCell(_Model):
     """State of arm B's run."""
 
 
-Missing = str  # LEAK_BLOCKED, NOT_READ (READ_FAILED reads are passed on as None)
+Unread = Literal["LEAK_BLOCKED", "NOT_READ"]
 
 
-def _outcome(m: Manifest | None, reads: dict[str, ReadRecord]) -> ReadRecord | None | Missing:
+def _outcome(m: Manifest | None, reads: dict[str, ReadRecord]) -> ReadRecord | None | Unread:
+    """The read of one packet; None for READ_FAILED, or why there is no read at all."""
     if m is None:
         return "NOT_READ"
     if m.blocked:
@@ -91,7 +99,8 @@ def _outcome(m: Manifest | None, reads: dict[str, ReadRecord]) -> ReadRecord | N
     return rec if rec.status == "OK" else None
 
 
-def _missing(outcomes: list) -> StateDecision | None:
+def _missing(outcomes: list[ReadRecord | None | Unread]) -> StateDecision | None:
+    """MISSING when a packet was blocked or not read (a READ_FAILED read is left to the rules)."""
     for reason in ("LEAK_BLOCKED", "NOT_READ"):
         if reason in outcomes:
             return StateDecision(state="MISSING", reason=reason)
@@ -134,8 +143,8 @@ def _document_decision(reads_of_unit: dict[int, Manifest] | None, present: bool,
 def _run_rows(evaluator_id: str, record: RunRecord, card: Card, units: Units,
               reads: dict[str, ReadRecord], phases: set[str]) -> list[StateRow]:
     """Rows of one run: requests, every draft version (draft:1 as NO_DOCUMENT if none), final."""
-    base = dict(evaluator_id=evaluator_id, run_id=record.run_id, card_id=card.card_id,
-                arm=record.slot.arm, seed=record.slot.seed)
+    base = {"evaluator_id": evaluator_id, "run_id": record.run_id, "card_id": card.card_id,
+            "arm": record.slot.arm, "seed": record.slot.seed}
     existing = {f"draft:{e.version}" for e in record.events if isinstance(e, DraftEvent)}
     existing |= {"final"} if record.final_blob else set()
     docs: list[str] = []
