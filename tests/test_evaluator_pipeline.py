@@ -8,11 +8,13 @@ import contextlib
 import io
 import json
 import re
+import shutil
 
 import duckdb
 import pytest
 
 from draligned.archive import Archive
+from draligned.archive.store import ArchiveError
 from draligned.cards import Card
 from draligned.cli import main
 from draligned.evaluator.aggregate import STATES
@@ -164,6 +166,18 @@ def test_same_evaluator_id_with_another_configuration_is_refused(demo):
     changed = ev.model_copy(update={"spec": ev.spec.model_copy(update={"max_tokens": 99})})
     with pytest.raises(Exception, match="different configuration"):
         asyncio.run(read_archive(archive, changed))
+
+
+def test_read_verifies_blobs_before_anything_is_written(demo, tmp_path):
+    archive, _ = demo
+    copy = Archive(tmp_path / "archive")
+    shutil.copytree(archive.root, copy.root)
+    record = copy.records()[0]
+    copy.blob_path(record.final_blob).write_text("tampered")
+    model = Counting()
+    with pytest.raises(ArchiveError, match="altered"):
+        asyncio.run(read_archive(copy, _evaluator("sim-fresh"), model=model))
+    assert model.calls == 0 and not (copy.root / "reads" / "sim-fresh").exists()
 
 
 def test_index_has_evaluator_tables(demo):

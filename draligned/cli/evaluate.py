@@ -18,7 +18,7 @@ from draligned.evaluator.agreement import between_evaluators, between_reads
 from draligned.evaluator.config import EvaluatorError, load_evaluator
 from draligned.evaluator.reading import PHASES, ReadSummary, read_archive
 from draligned.evaluator.review import export_sheet, import_answers
-from draligned.evaluator.states import PairCell, pair_cells, pair_matrix, state_rows
+from draligned.evaluator.states import PairCell, document_order, pair_cells, pair_matrix, state_rows
 from draligned.evaluator.storage import ReadStore
 from draligned.models import ModelError
 
@@ -119,7 +119,7 @@ def cmd_states(args: argparse.Namespace) -> int:
                               "reads": [x.model_dump(mode="json") for x in r.reads]}, ensure_ascii=False))
         return 0
     cells = pair_cells(archive, rows)
-    for doc in sorted({c.document for c in cells}, key=lambda d: (d != "requests", d == "final", d)):
+    for doc in sorted({c.document for c in cells}, key=document_order):
         print_pair_matrix(cells, doc)
     return 0
 

@@ -11,6 +11,7 @@ blocked (fail closed) with the reason kept in the manifest.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -123,11 +124,12 @@ def request_units(record: RunRecord, n_factors: int) -> list[Unit]:
         units.append(Unit(run_id=record.run_id, phase="requests", document="requests", chunk=chunk,
                           kind="requests", unit_ids=[f"r{i + 1:03d}" for i in range(len(part))],
                           texts=texts, source_events=[e.event_id for e in part],
-                          content_sha256=sha256_json({"kind": "requests", "texts": texts})))
+                          content_sha256=sha256_json({"kind": "requests", "card": record.slot.card_sha256,
+                                                      "texts": texts})))
     return units
 
 
-def document_units(record: RunRecord, get_text) -> list[Unit]:
+def document_units(record: RunRecord, get_text: Callable[[str], str]) -> list[Unit]:
     """One unit per saved draft version and one for the final; ``get_text`` reads a verified blob."""
     docs: list[tuple[Phase, str, str, str]] = [
         ("draft", f"draft:{e.version}", e.event_id, e.blob) for e in record.events if isinstance(e, DraftEvent)]
@@ -140,7 +142,8 @@ def document_units(record: RunRecord, get_text) -> list[Unit]:
         units.append(Unit(run_id=record.run_id, phase=phase, document=document, kind="document",
                           unit_ids=[f"p{i + 1:03d}" for i in range(len(paras))], texts=paras,
                           source_events=[event_id],
-                          content_sha256=sha256_json({"kind": "document", "blob": blob})))
+                          content_sha256=sha256_json({"kind": "document", "card": record.slot.card_sha256,
+                                                      "blob": blob})))
     return units
 
 

@@ -106,9 +106,9 @@ async def _read_one(model: ModelAPI, evaluator: Evaluator, store: ReadStore, pac
 async def read_archive(archive: Archive, evaluator: Evaluator, phases: Iterable[Phase] = PHASES,
                        model: ModelAPI | None = None) -> ReadSummary:
     """Build, store and read every packet not yet read by this evaluator, concurrently."""
+    packets = collect_packets(archive, evaluator, phases)  # verifies every blob before anything is written
     store = ReadStore(archive, evaluator.evaluator_id)
     store.write_snapshot(evaluator.snapshot())
-    packets = collect_packets(archive, evaluator, phases)
     summary = ReadSummary(packets=len(packets))
     todo: dict[str, Packet] = {}
     for p in packets:

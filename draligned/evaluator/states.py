@@ -149,7 +149,7 @@ def _run_rows(evaluator_id: str, record: RunRecord, card: Card, units: Units,
     existing |= {"final"} if record.final_blob else set()
     docs: list[str] = []
     if "draft" in phases:
-        docs += sorted((d for d in existing if d != "final"), key=lambda d: int(d[6:])) or ["draft:1"]
+        docs += sorted((d for d in existing if d != "final"), key=document_order) or ["draft:1"]
     docs += ["final"] if "final" in phases else []
     has_requests = any(isinstance(e, ToolCallEvent) and e.request_text is not None for e in record.events)
     rows: list[StateRow] = []
@@ -182,6 +182,13 @@ def state_rows(archive: Archive, evaluator_id: str) -> list[StateRow]:
     return rows
 
 
+def document_order(document: str) -> tuple[int, int]:
+    """requests, then draft versions in order, then final."""
+    if document == "requests":
+        return (0, 0)
+    return (2, 0) if document == "final" else (1, int(document.split(":")[1]))
+
+
 def pair_cells(archive: Archive, rows: list[StateRow]) -> list[PairCell]:
     """Arm A × arm B states per comparison, replicate, phase and document."""
     records = {r.run_id: r for r in archive.records()}
@@ -198,8 +205,7 @@ def pair_cells(archive: Archive, rows: list[StateRow]) -> list[PairCell]:
             if comp.arm_a not in arms or comp.arm_b not in arms:
                 continue
             a, b = by_run[arms[comp.arm_a].run_id], by_run[arms[comp.arm_b].run_id]
-            docs = sorted({d for d, ax in (*a, *b) if ax == comp.factor_id},
-                          key=lambda d: (d != "requests", d == "final", d))
+            docs = sorted({d for d, ax in (*a, *b) if ax == comp.factor_id}, key=document_order)
             for doc in docs:
                 sa, sb = ((x[(doc, comp.factor_id)].decision.state if (doc, comp.factor_id) in x
                            else "NO_DOCUMENT") for x in (a, b))
