@@ -18,6 +18,7 @@ from draligned.archive.store import ArchiveError
 from draligned.cards import Card
 from draligned.cli import main
 from draligned.evaluator.aggregate import STATES
+from draligned.evaluator.agreement import between_reads
 from draligned.evaluator.config import Evaluator, load_evaluator
 from draligned.evaluator.packets import MAX_REQUESTS, leak_findings, request_units
 from draligned.evaluator.reading import collect_packets, read_archive
@@ -135,6 +136,10 @@ def test_mirrored_reads_turn_a_position_bias_into_unknown(demo):
     plain = {(r.run_id, r.axis_id): r.decision for r in state_rows(archive, SIM_ID) if r.document == "final"}
     both = [k for k, d in plain.items() if d.state == "BOTH"]
     assert both and all((biased[k].state, biased[k].reason) == ("UNKNOWN", "READS_DISAGREE") for k in both)
+    final = next(a for a in between_reads(ReadStore(archive, "sim-order-bias")) if a.group == "final")
+    assert final.n > 0 and final.exact < 1.0
+    plain_final = next(a for a in between_reads(ReadStore(archive, SIM_ID)) if a.group == "final")
+    assert plain_final.exact == 1.0
 
 
 def test_reread_is_idempotent_and_makes_no_model_call(demo):

@@ -128,7 +128,7 @@ def cmd_agreement(args: argparse.Namespace) -> int:
     archive = Archive(args.archive)
     ids = [x.strip() for x in args.evaluators.split(",") if x.strip()]
     if len(ids) == 1:
-        results = between_reads(state_rows(archive, ids[0]))
+        results = between_reads(ReadStore(archive, ids[0]))
     elif len(ids) == 2:
         results = between_evaluators(state_rows(archive, ids[0]), state_rows(archive, ids[1]))
     else:

@@ -11,7 +11,10 @@ from collections.abc import Hashable
 
 from pydantic import BaseModel, ConfigDict
 
+from draligned.evaluator.aggregate import read_label
+from draligned.evaluator.packets import Manifest
 from draligned.evaluator.states import StateRow
+from draligned.evaluator.storage import ReadRecord, ReadStore
 
 
 class Agreement(BaseModel):
@@ -56,12 +59,28 @@ def between_evaluators(rows_a: list[StateRow], rows_b: list[StateRow]) -> list[A
     return [cohen([x for x, _ in v], [y for _, y in v], group) for group, v in sorted(pairs.items())]
 
 
-def between_reads(rows: list[StateRow]) -> list[Agreement]:
-    """Per document phase (and overall): agreement of read 1's and read 2's (label, basis)."""
-    pairs: dict[str, list[tuple[tuple, tuple]]] = defaultdict(list)
-    for r in rows:
-        if len(r.reads) == 2:
-            one, two = ((x.label, x.basis) for x in r.reads)
-            pairs[r.phase].append((one, two))
-            pairs["all"].append((one, two))
+def _answers(record: ReadRecord, manifest: Manifest) -> dict[tuple[str, ...], Hashable]:
+    """A read's answers by unit: (label, basis) per axis for documents, the side per request and axis."""
+    if manifest.kind == "document":
+        labels = {axis: read_label(record.items, axis) for axis in manifest.axes}
+        return {(axis,): (lab.label, lab.basis) for axis, lab in labels.items()}
+    return {(lab.request_id, lab.axis_id): lab.side for lab in record.labels}
+
+
+def between_reads(store: ReadStore) -> list[Agreement]:
+    """Per phase: read 1 against read 2 of one evaluator, on the units both read OK.
+
+    Documents compare (label, basis) per axis; requests compare each request's restored label.
+    """
+    units: dict[tuple, dict[int, Manifest]] = defaultdict(dict)
+    for m in store.manifests():
+        units[(m.run_id, m.document, m.chunk)][m.read] = m
+    reads = store.reads()
+    pairs: dict[str, list[tuple[Hashable, Hashable]]] = defaultdict(list)
+    for unit in units.values():
+        recs = [reads.get(unit[n].packet_id) if n in unit else None for n in (1, 2)]
+        if not all(r is not None and r.status == "OK" for r in recs):
+            continue
+        one, two = (_answers(r, unit[1]) for r in recs)
+        pairs[unit[1].phase] += [(one[key], two[key]) for key in sorted(one)]
     return [cohen([x for x, _ in v], [y for _, y in v], group) for group, v in sorted(pairs.items())]
