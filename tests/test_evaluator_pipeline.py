@@ -142,11 +142,15 @@ def test_mirrored_reads_turn_a_position_bias_into_unknown(demo):
     assert plain_final.exact == 1.0
 
 
-def test_reread_is_idempotent_and_makes_no_model_call(demo):
+def test_reread_is_idempotent_and_makes_no_model_call(demo, capsys):
     archive, _ = demo
     model = Counting()
     summary = asyncio.run(read_archive(archive, load_evaluator(SIM), model=model))
     assert model.calls == 0 and summary.already_read == summary.packets > 0
+    capsys.readouterr()
+    assert main(["read", str(archive.root), "--evaluator", str(SIM), "--phase", "requests,drafts"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["read_ok"] == again["read_failed"] == again["blocked"] == 0 and again["already_read"] > 0
 
 
 def test_unknown_paragraph_id_is_read_failed_with_raw_kept(demo):

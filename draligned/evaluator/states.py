@@ -162,7 +162,7 @@ def _run_rows(evaluator_id: str, record: RunRecord, card: Card, units: Units,
         for doc in docs:
             decision, labels = _document_decision(units.get((record.run_id, doc, 0)), doc in existing,
                                                   reads, f.factor_id, assigned)
-            rows.append(StateRow(**base, phase="final" if doc == "final" else "draft", document=doc,
+            rows.append(StateRow(**base, phase=phase_of(doc), document=doc,
                                  axis_id=f.factor_id, assigned=assigned, decision=decision, reads=labels))
     return rows
 
@@ -182,6 +182,11 @@ def state_rows(archive: Archive, evaluator_id: str) -> list[StateRow]:
     return rows
 
 
+def phase_of(document: str) -> Phase:
+    """The phase of a document role: requests, draft (draft:<version>) or final."""
+    return "requests" if document == "requests" else "final" if document == "final" else "draft"
+
+
 def document_order(document: str) -> tuple[int, int]:
     """requests, then draft versions in order, then final."""
     if document == "requests":
@@ -190,13 +195,12 @@ def document_order(document: str) -> tuple[int, int]:
 
 
 def pair_cells(archive: Archive, rows: list[StateRow]) -> list[PairCell]:
-    """Arm A × arm B states per comparison, replicate, phase and document."""
-    records = {r.run_id: r for r in archive.records()}
+    """Arm A × arm B states per comparison, replicate, phase and document (latest attempt per slot)."""
     by_run: dict[str, dict[tuple[str, str], StateRow]] = defaultdict(dict)
     for row in rows:
         by_run[row.run_id][(row.document, row.axis_id)] = row
     groups: dict[tuple, dict[str, RunRecord]] = defaultdict(dict)
-    for r in records.values():
+    for r in sorted(archive.records(), key=lambda r: r.attempt):
         groups[pair_key(r)][r.slot.arm] = r
     cells: list[PairCell] = []
     for key, arms in sorted(groups.items()):
@@ -210,9 +214,8 @@ def pair_cells(archive: Archive, rows: list[StateRow]) -> list[PairCell]:
                 sa, sb = ((x[(doc, comp.factor_id)].decision.state if (doc, comp.factor_id) in x
                            else "NO_DOCUMENT") for x in (a, b))
                 cells.append(PairCell(card_id=card.card_id, axis_id=comp.factor_id, arm_a=comp.arm_a,
-                                      arm_b=comp.arm_b, seed=key[-1], phase=(
-                                          "requests" if doc == "requests" else "final" if doc == "final" else "draft"),
-                                      document=doc, state_a=sa, state_b=sb))
+                                      arm_b=comp.arm_b, seed=key[-1], phase=phase_of(doc), document=doc,
+                                      state_a=sa, state_b=sb))
     return cells
 
 
