@@ -217,6 +217,9 @@ def test_a_packet_that_would_leak_is_blocked(demo):
     assert leak_findings(packet.prompt + "\nthe  PROFILE text", {"profile": "the profile text"}) == [
         "contains the profile"]
     assert leak_findings(packet.prompt + "\nassigned arm: Q", {}) != []
+    assert leak_findings("the echo3 and o3-mini notes", {"model name": "o3"}) == []  # ids match as tokens
+    assert leak_findings("written by O3.", {"model name": "o3"}) == ["contains the model name"]
+    assert leak_findings("我今年31岁，住在杭州。", {"profile": "我今年31岁，"}) == ["contains the profile"]
 
 
 def test_sim_evaluator_answers_in_alpha_beta(demo):

@@ -25,6 +25,7 @@ from draligned.records import DraftEvent, RunRecord, ToolCallEvent
 Phase = Literal["requests", "draft", "final"]
 MAX_REQUESTS = {1: 32, 2: 12}  # per packet, by number of factors (Table 13)
 _PARAGRAPH_BREAK = re.compile(r"\n\s*\n")
+_IDENTIFIER = re.compile(r"[\w.:/-]+", re.ASCII)
 _CONDITION = re.compile(r"\b(?i:arm|cell|condition|endpoint)\s*[:=]?\s*(?:PP|PQ|QP|QQ|P|Q)\b"
                         r"|\b[PQ]_(?:SIDE|LEAN)\b|\b(?i:assigned (?:endpoint|arm|condition))\b")
 
@@ -171,12 +172,20 @@ def _norm(text: str) -> str:
     return " ".join(text.split()).casefold()
 
 
+def _contains(text: str, needle: str) -> bool:
+    """Substring test; an identifier-like needle (model name, id) must stand as a whole token."""
+    if not needle:
+        return False
+    if _IDENTIFIER.fullmatch(needle):
+        return re.search(rf"(?<![\w.-]){re.escape(needle)}(?![\w-])", text) is not None
+    return needle in text
+
+
 def leak_findings(prompt: str, forbidden: dict[str, str]) -> list[str]:
     """What of the run's forbidden strings (profile, user message, ids, model) or condition labels
     the prompt contains, compared with whitespace normalised and case folded."""
     text = _norm(prompt)
-    found = [f"contains the {what}" for what, needle in forbidden.items()
-             if _norm(needle) and _norm(needle) in text]
+    found = [f"contains the {what}" for what, needle in forbidden.items() if _contains(text, _norm(needle))]
     if m := _CONDITION.search(prompt):
         found.append(f"contains a condition label {m.group(0)!r}")
     return found
