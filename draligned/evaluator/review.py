@@ -74,7 +74,9 @@ def export_sheet(archive: Archive, evaluator_id: str, rows: list[StateRow], fmt:
                  limit: int | None = None) -> tuple[str, str]:
     """(sheet text, sheet id) for the document rows given; the key is written under the archive."""
     records = {r.run_id: r for r in archive.records()}
-    chosen = sorted((r for r in rows if r.phase != "requests" and r.decision.state != "NO_DOCUMENT"),
+    reviewable = [r for r in rows if r.phase != "requests" and r.decision.state != "NO_DOCUMENT"
+                  and r.decision.reason != "LEAK_BLOCKED"]  # a document that failed the leak check stays unseen
+    chosen = sorted(reviewable,
                     key=lambda r: sha256_text(f"{evaluator_id}|{r.run_id}|{r.document}|{r.axis_id}"))[:limit]
     sheet, key = [], []
     for r in chosen:
