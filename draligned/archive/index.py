@@ -72,23 +72,24 @@ def _event_rows(r: RunRecord) -> list[tuple]:
     return rows
 
 
-def _bulk_insert(con: duckdb.DuckDBPyConnection, table: str, rows: list[tuple], scratch: Path) -> None:
+def bulk_insert(con: duckdb.DuckDBPyConnection, table: str, rows: list[tuple]) -> None:
     """Insert many rows at once through a newline-delimited JSON file (executemany is slow)."""
     if not rows:
         return
     cols = con.execute(f"SELECT column_name, data_type FROM information_schema.columns "
                        f"WHERE table_name = '{table}' ORDER BY ordinal_position").fetchall()
-    path = scratch / f"{table}.jsonl"
-    with path.open("w", encoding="utf-8") as fh:
-        for row in rows:
-            fh.write(json.dumps(dict(zip((c for c, _ in cols), row)), ensure_ascii=False) + "\n")
-    spec = "{" + ", ".join(f"'{c}': '{t}'" for c, t in cols) + "}"
-    con.execute(f"INSERT INTO {table} SELECT * FROM read_json(?, format='newline_delimited', columns={spec})",
-                [str(path)])
+    with tempfile.TemporaryDirectory(prefix="draligned-index-") as scratch:
+        path = Path(scratch) / f"{table}.jsonl"
+        with path.open("w", encoding="utf-8") as fh:
+            for row in rows:
+                fh.write(json.dumps(dict(zip((c for c, _ in cols), row)), ensure_ascii=False) + "\n")
+        spec = "{" + ", ".join(f"'{c}': '{t}'" for c, t in cols) + "}"
+        con.execute(f"INSERT INTO {table} SELECT * FROM read_json(?, format='newline_delimited', "
+                    f"columns={spec})", [str(path)])
 
 
 def rebuild_index(archive: Archive) -> Path:
-    """Rebuild ``index.duckdb`` from the run records (started markers included) and blobs."""
+    """Rebuild ``index.duckdb`` from the run records (started markers included), blobs and reads."""
     target = archive.root / "index.duckdb"
     tmp = archive.root / ".index.duckdb.tmp"
     for stale in (tmp, Path(str(tmp) + ".wal")):
@@ -100,11 +101,12 @@ def rebuild_index(archive: Archive) -> Path:
     con = duckdb.connect(str(tmp))
     try:
         con.execute(SCHEMA)
-        with tempfile.TemporaryDirectory(dir=archive.root, prefix=".index-") as scratch:
-            _bulk_insert(con, "runs", [_run_row(r) for r in ordered], Path(scratch))
-            _bulk_insert(con, "events", [row for r in ordered for row in _event_rows(r)], Path(scratch))
-            _bulk_insert(con, "artifacts", [(sha, kind, run, _size(archive, sha)) for sha, kind, run in arts],
-                         Path(scratch))
+        bulk_insert(con, "runs", [_run_row(r) for r in ordered])
+        bulk_insert(con, "events", [row for r in ordered for row in _event_rows(r)])
+        bulk_insert(con, "artifacts", [(sha, kind, run, _size(archive, sha)) for sha, kind, run in arts])
+        from draligned.evaluator.index import add_evaluator_tables  # evaluator depends on archive
+
+        add_evaluator_tables(con, archive)
     finally:
         con.close()
     os.replace(tmp, target)

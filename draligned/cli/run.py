@@ -11,6 +11,9 @@ from rich.console import Console
 from rich.table import Table
 
 from draligned.cards import CardError
+from draligned.cli.evaluate import print_pair_matrix, run_read
+from draligned.evaluator.config import load_evaluator
+from draligned.evaluator.states import pair_cells, state_rows
 from draligned.harness import ContractError
 from draligned.models import ModelError
 from draligned.runner import StudyResult, run_study
@@ -18,6 +21,7 @@ from draligned.study import StudyError, load_study
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEMO_STUDY = REPO_ROOT / "studies" / "demo.toml"
+DEMO_EVALUATOR = REPO_ROOT / "evaluators" / "sim.toml"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -70,8 +74,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
     code, result = _execute(DEMO_STUDY, archive)
     if result is None:
         return code
+    print("Reading the archive with the SIMULATOR evaluator (lexical, offline; not a language model).",
+          file=sys.stderr)
+    summary = run_read(result.archive, DEMO_EVALUATOR)
+    evaluator_id = load_evaluator(DEMO_EVALUATOR).evaluator_id
+    print_pair_matrix(pair_cells(result.archive, state_rows(result.archive, evaluator_id)), "final")
     print(f"\nArchive: {archive}\nNext:\n"
           f"  draligned archive verify {archive}\n"
           f"  draligned archive ls {archive}\n"
-          f"  draligned archive stats {archive} --json")
-    return code
+          f"  draligned archive stats {archive} --json\n"
+          f"  draligned states {archive} --evaluator {evaluator_id} --json")
+    return code or (1 if summary.model_errors else 0)

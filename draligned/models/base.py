@@ -19,6 +19,7 @@ from draligned.records import Message, ModelReply, ToolSpec
 #: protocol name -> "module:Class"; imported only when a study uses the protocol.
 PROTOCOLS: dict[str, str] = {
     "sim": "draligned.models.sim:SimAgent",
+    "sim-evaluator": "draligned.evaluator.sim:SimEvaluator",
 }
 
 #: Request fields sent unless a model declaration overrides or omits them (paper Table 12).
