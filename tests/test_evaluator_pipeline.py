@@ -250,3 +250,20 @@ def test_review_export_is_blind_and_import_reports_agreement(demo, tmp_path, cap
     assert set(report["with_instrument"]) == {"R1", "R2"}
     assert report["between_reviewers"]["exact"] == 1.0
     assert archive.get_text(report["answers_blobs"][0]) == answers.read_text()
+
+
+def test_archive_verify_covers_evaluator_files(tmp_path):
+    """A damaged read record or a deleted raw response is named by `archive verify`."""
+    from draligned.archive.verify import verify_archive
+
+    out = tmp_path / "demo"
+    assert main(["demo", "--out", str(out)]) == 0
+    archive = Archive(out / "archive")
+    assert verify_archive(archive) == []
+    damaged, other = sorted((archive.root / "reads").glob("*/reads/*.json"))[:2]
+    damaged.write_text(damaged.read_text()[:-20])
+    raw = json.loads(other.read_text())["raw_response_blob"]
+    archive.blob_path(raw).unlink()
+    problems = verify_archive(archive)
+    assert any(str(damaged) in p and "unreadable ReadRecord" in p for p in problems)
+    assert any(str(archive.blob_path(raw)) in p and str(other) in p for p in problems)

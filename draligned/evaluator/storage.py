@@ -115,3 +115,24 @@ class ReadStore:
         return {str(p.relative_to(self.root)): p.read_bytes()
                 for p in sorted(self.root.rglob("*")) if p.is_file() and not p.name.startswith(".tmp-")}
 
+
+
+def verify_reads(archive: Archive) -> list[str]:
+    """Problems in every evaluator's files: unreadable manifests or reads, missing prompt or
+    response blobs (blob contents themselves are checked by ``archive verify``)."""
+    problems: list[str] = []
+    for eid in ReadStore.evaluator_ids(archive):
+        store = ReadStore(archive, eid)
+        for path in sorted(store.root.rglob("*.json")):
+            if path.name == "evaluator.json":
+                continue
+            model = Manifest if path.parent.parent.name == "packets" else ReadRecord
+            try:
+                rec = model.model_validate_json(path.read_bytes())
+            except ValueError as exc:
+                problems.append(f"{path}: unreadable {model.__name__} ({str(exc).splitlines()[0]})")
+                continue
+            shas = [rec.packet_id] if isinstance(rec, Manifest) else [rec.raw_response_blob, rec.text_blob]
+            problems += [f"{archive.blob_path(s)}: missing blob referenced by {path}"
+                         for s in shas if not archive.blob_path(s).exists()]
+    return problems
