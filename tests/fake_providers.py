@@ -164,8 +164,12 @@ class FakeProvider:
     PATHS = {"openai-chat": "/v1/chat/completions", "openai-responses": "/v1/responses",
              "anthropic": "/v1/messages"}
 
-    def __init__(self, protocol: str, script: list | None = None, model_echo: str = "fake-model-2026-01-01") -> None:
+    def __init__(self, protocol: str, script: list | None = None, model_echo: str = "fake-model-2026-01-01",
+                 delay_s: float = 0.0) -> None:
         self.protocol = protocol
+        self.delay_s = delay_s
+        self.in_flight = 0
+        self.max_in_flight = 0
         self.wire = Wire(protocol, model_echo)
         self.script: list = list(script or [])
         self.log: list[dict] = []
@@ -178,6 +182,12 @@ class FakeProvider:
                 with provider._lock:
                     provider.log.append({"path": self.path, "headers": dict(self.headers), "body": body})
                     item = provider.script.pop(0) if provider.script else None
+                    provider.in_flight += 1
+                    provider.max_in_flight = max(provider.max_in_flight, provider.in_flight)
+                time.sleep(provider.delay_s)
+                self._answer(body, item)
+
+            def _answer(self, body: dict, item: Any) -> None:
                 if self.path != provider.PATHS[provider.protocol]:
                     return self._send(404, {"error": {"message": f"no route {self.path}"}})
                 if isinstance(item, Slow):
@@ -192,6 +202,8 @@ class FakeProvider:
 
             def _send(self, status: int, payload: Any, headers: dict | None = None) -> None:
                 data = (payload if isinstance(payload, str) else json.dumps(payload)).encode()
+                with provider._lock:  # before writing: the client may send its next request at once
+                    provider.in_flight -= 1
                 try:
                     self.send_response(status)
                     for k, v in {"content-type": "application/json", **(headers or {})}.items():
@@ -224,9 +236,11 @@ class FakeProvider:
 
 
 def provider_study(tmp: Path, providers: dict[str, "FakeProvider"], cards: tuple[str, ...] = ("travel_budget_en.json",),
-                   model_extra: str = "", study_extra: str = "", seeds: int = 1, key_env: str = "FAKE_PROVIDER_KEY") -> Path:
+                   model_extra: str = "", study_extra: str = "", seeds: int = 1, key_env: str = "FAKE_PROVIDER_KEY",
+                   retry: dict[str, float] | None = None) -> Path:
     """A study TOML over demo cards with one model per fake provider (named after its protocol)."""
     card_list = ", ".join(f'"{REPO / "factor_cards" / c}"' for c in cards)
+    settings = ", ".join(f"{k} = {v}" for k, v in ({"initial_wait_s": 0.01, "timeout_s": 2.0} | (retry or {})).items())
     models = "".join(f"""
 [[models]]
 name = "{proto}"
@@ -234,7 +248,7 @@ protocol = "{proto}"
 model = "fake-{proto}"
 base_url = "{fp.base_url}"
 api_key_env = "{key_env}"
-retry = {{ initial_wait_s = 0.01, timeout_s = 2.0 }}
+retry = {{ {settings} }}
 {model_extra}
 """ for proto, fp in providers.items())
     path = tmp / "providers.toml"

@@ -112,7 +112,7 @@ async def call_with_retries(
                                          status_code=failure.status_code, detail=failure.message[:500]))
             raise AttemptFailed(failure) from exc
 
-    backoff = tenacity.wait_exponential_jitter(initial=policy.initial_wait_s, max=policy.max_wait_s,
+    backoff = tenacity.wait_exponential_jitter(multiplier=policy.initial_wait_s, max=policy.max_wait_s,
                                                jitter=policy.initial_wait_s)
 
     def wait(state: tenacity.RetryCallState) -> float:
