@@ -137,6 +137,20 @@ def test_timeouts_and_connection_errors_are_retried(tmp_path):
     assert [a.error for a in err.value.attempts] == ["APIConnectionError"] * 2
 
 
+def test_a_key_echoed_in_a_reply_is_redacted_before_archiving(tmp_path):
+    leaky = Wire("openai-chat", "m").reply(text=f"Your key is {KEY}.")
+    rec, _ = run_one(tmp_path, "openai-chat", [leaky])
+    assert rec.status == "completed" and any("redacted" in a for a in of(rec, ModelCallEvent)[0].anomalies)
+    assert all(KEY.encode() not in f.read_bytes() for f in (tmp_path / "archive").rglob("*") if f.is_file())
+
+
+def test_a_repeated_tool_call_in_a_split_reply_runs_once(tmp_path):
+    call = ("c1", "search", json.dumps({"query": "kyoto"}))
+    rec, _ = run_one(tmp_path, "openai-chat", [Wire("openai-chat", "m").reply(calls=[call, call], split=True)])
+    assert of(rec, ModelCallEvent)[0].n_tool_calls == 1
+    assert any("repeated tool call c1" in a for a in of(rec, ModelCallEvent)[0].anomalies)
+
+
 def test_unreadable_reply_body_fails_the_run(tmp_path):
     rec, _ = run_one(tmp_path, "openai-chat", [Raw("<html>gateway error</html>")])
     assert rec.status == "failed" and "unreadable reply body" in rec.status_reason

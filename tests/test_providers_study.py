@@ -34,7 +34,8 @@ def run_cli(capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, str, str]:
     return code, out.out, out.err
 
 
-def test_study_on_three_protocols_retries_hides_key_and_replays_read_only(tmp_path, key, capsys):
+def test_study_on_three_protocols_retries_hides_key_and_replays_read_only(tmp_path, key, capsys,
+                                                                          monkeypatch):
     scripts = {p: [Error(429, {"retry-after": "2"}), Error(500)] for p in PROTOCOLS}
     with FakeProvider("openai-chat", scripts["openai-chat"]) as chat, \
             FakeProvider("openai-responses", scripts["openai-responses"]) as resp, \
@@ -81,7 +82,8 @@ def test_study_on_three_protocols_retries_hides_key_and_replays_read_only(tmp_pa
         assert set(stats["by_model"]) == set(PROTOCOLS)
         assert {"runs", "completed_runs", "model_calls", "tool_calls", "blobs"} <= stats.keys()
 
-        # Read-only replay into a fresh archive: no request reaches any server, same finals.
+        # Read-only replay into a fresh archive: no key needed, no request reaches any server, same finals.
+        monkeypatch.delenv("FAKE_PROVIDER_KEY")
         sent_before = {p: len(fp.log) for p, fp in servers.items()}
         replay = tmp_path / "replay"
         code, out, err = run_cli(capsys, "run", str(study), "--archive", str(replay), "--cache", "read-only",

@@ -99,5 +99,5 @@ class AnthropicMessages(RemoteModel):
             cached_tokens=cached,
         )
         return {"text": text, "tool_calls": calls, "finish_reason": finish, "refusal": refusal,
-                "usage": usage, "model_echo": data.get("model") if isinstance(data.get("model"), str) else None,
+                "usage": usage, "model_echo": wire.echo(data),
                 "anomalies": anomalies}

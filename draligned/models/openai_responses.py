@@ -87,5 +87,5 @@ class OpenAIResponses(RemoteModel):
         )
         return {"text": "\n".join(texts) or None, "tool_calls": calls, "finish_reason": finish,
                 "refusal": "\n".join(refusals) or None, "usage": usage,
-                "model_echo": data.get("model") if isinstance(data.get("model"), str) else None,
+                "model_echo": wire.echo(data),
                 "anomalies": anomalies}

@@ -113,12 +113,16 @@ class RemoteModel(ModelAPI):
             status = f"HTTP {f.status_code} " if f.status_code else ""
             raise ModelError(f"{self.label}: {status}{f.error}: {f.message} ({how})", exc.attempts) from None
         latency = time.perf_counter() - started
+        echoed, raw = self.redact(raw) != raw, self.redact(raw)  # a key echoed back is never archived
         try:
             data = json.loads(raw)
             if not isinstance(data, dict):
                 raise ValueError(f"JSON {type(data).__name__}, not an object")
         except ValueError as exc:
-            raise ModelError(f"{self.label}: unreadable reply body ({exc}): {self.redact(raw[:200])!r}",
+            raise ModelError(f"{self.label}: unreadable reply body ({exc}): {raw[:200]!r}",
                              attempts) from None
-        return ModelReply(**self.read_reply(data), request_body=json.loads(sent), raw_response=raw,
-                          latency_s=latency, attempts=attempts)
+        fields = self.read_reply(data)
+        if echoed:
+            fields["anomalies"].append("the reply contained the API key; it was redacted before archiving")
+        return ModelReply(**fields, request_body=json.loads(sent), raw_response=raw, latency_s=latency,
+                          attempts=attempts)

@@ -81,16 +81,25 @@ def parse_arguments(raw: str) -> tuple[dict | None, str | None]:
 
 
 def merge_fragments(calls: list[ToolCall], anomalies: list[str], where: str) -> list[ToolCall]:
-    """Join continuation fragments (no id and no name) onto the call before them, in order."""
+    """Merge a gateway's split tool calls in order: a part without a name (and without an id,
+    or with the previous call's id) continues the previous call's arguments; an exact repeat
+    of the previous call is dropped. Each merge is recorded as an anomaly."""
     merged: list[ToolCall] = []
     for c in calls:
-        if merged and not c.id and not c.name:
-            prev = merged[-1]
+        prev = merged[-1] if merged else None
+        if prev is not None and not c.name and c.id in ("", prev.id):
             merged[-1] = tool_call(prev.id, prev.name, prev.raw_arguments + c.raw_arguments)
             anomalies.append(f"split tool call: argument fragment in {where} joined to call {prev.id}")
+        elif prev is not None and c.id and (c.id, c.name, c.raw_arguments) == (prev.id, prev.name, prev.raw_arguments):
+            anomalies.append(f"split reply: repeated tool call {c.id} in {where} dropped")
         else:
             merged.append(c)
     return merged
+
+
+def echo(data: dict) -> str | None:
+    """The model id the server echoed, when it sent one as a string."""
+    return data.get("model") if isinstance(data.get("model"), str) else None
 
 
 def dropped_check(finish_reason: str | None, calls: list[ToolCall], anomalies: list[str]) -> None:
