@@ -175,9 +175,10 @@ def test_request_fields_map_to_each_wire_format_and_extras_pass_through():
     resp = _body_sent("openai-responses", request={"reasoning": {"effort": "none"}})
     assert resp["reasoning"] == {"effort": "none"} and resp["max_output_tokens"] == 16000
     assert resp["input"][0] == {"role": "system", "content": "SYS"} and resp["tools"][0]["name"] == "search"
-    anth = _body_sent("anthropic", request={"thinking": {"type": "disabled"}})
+    # An explicit timeout is always given, so the SDK does not refuse a large non-streaming max_tokens.
+    anth = _body_sent("anthropic", request={"thinking": {"type": "disabled"}, "max_output_tokens": 32000})
     assert anth["system"] == "SYS" and anth["messages"] == [{"role": "user", "content": "Hi"}]
-    assert anth["max_tokens"] == 16000 and anth["tool_choice"]["disable_parallel_tool_use"] is True
+    assert anth["max_tokens"] == 32000 and anth["thinking"] == {"type": "disabled"} and anth["tool_choice"]["disable_parallel_tool_use"] is True
     assert anth["tools"][0]["input_schema"] == {"type": "object"} and "parallel_tool_calls" not in anth
 
 
@@ -197,3 +198,13 @@ def test_missing_key_at_call_time_is_a_model_error_naming_the_variable(monkeypat
     model = get_model(ModelDeclaration(name="gpt", protocol="openai-chat", model="id", api_key_env="FAKE_PROVIDER_KEY"))
     with pytest.raises(ModelError, match="model 'gpt'.*FAKE_PROVIDER_KEY"):
         asyncio.run(model.generate([Message(role="user", content="Hi")], [], 0))
+
+
+def test_split_parts_with_the_same_id_and_name_are_joined_until_the_arguments_parse():
+    from draligned.models import wire
+    notes: list[str] = []
+    parts = [wire.tool_call("c1", "search", '{"query": "ky'), wire.tool_call("c1", "search", 'oto"}'),
+             wire.tool_call("c2", "read", '{"url": "u"}'), wire.tool_call("c3", "search", '{}""')]
+    merged = wire.merge_fragments(parts, notes, "a later choice")
+    assert [(c.id, c.arguments) for c in merged] == [("c1", {"query": "kyoto"}), ("c2", {"url": "u"}), ("c3", None)]
+    assert len(notes) == 1

@@ -81,17 +81,18 @@ def parse_arguments(raw: str) -> tuple[dict | None, str | None]:
 
 
 def merge_fragments(calls: list[ToolCall], anomalies: list[str], where: str) -> list[ToolCall]:
-    """Merge a gateway's split tool calls in order: a part without a name (and without an id,
-    or with the previous call's id) continues the previous call's arguments; an exact repeat
-    of the previous call is dropped. Each merge is recorded as an anomaly."""
+    """Merge a gateway's split tool calls in order. A part continues the previous call when its
+    id and name are empty or the same as that call's and either it has no name or the previous
+    arguments are not yet a JSON object; an exact repeat is dropped. Each merge is an anomaly."""
     merged: list[ToolCall] = []
     for c in calls:
         prev = merged[-1] if merged else None
-        if prev is not None and not c.name and c.id in ("", prev.id):
+        same = prev is not None and c.id in ("", prev.id) and c.name in ("", prev.name)
+        if same and (c.id, c.name, c.raw_arguments) == (prev.id, prev.name, prev.raw_arguments):
+            anomalies.append(f"split reply: repeated tool call {c.id} in {where} dropped")
+        elif same and (not c.name or prev.arguments is None):
             merged[-1] = tool_call(prev.id, prev.name, prev.raw_arguments + c.raw_arguments)
             anomalies.append(f"split tool call: argument fragment in {where} joined to call {prev.id}")
-        elif prev is not None and c.id and (c.id, c.name, c.raw_arguments) == (prev.id, prev.name, prev.raw_arguments):
-            anomalies.append(f"split reply: repeated tool call {c.id} in {where} dropped")
         else:
             merged.append(c)
     return merged
