@@ -61,6 +61,15 @@ def test_tool_call_split_into_fragments_is_merged_in_order(tmp_path, protocol):
     assert rec.status == "completed"
 
 
+def test_wrong_base_url_fails_fast_with_a_hint(tmp_path):
+    with FakeProvider("anthropic") as fp:
+        model = get_model(ModelDeclaration(name="claude", protocol="anthropic", model="id", api_key_env="FAKE_PROVIDER_KEY",
+                                           base_url=fp.base_url + "/v1"))
+        with pytest.raises(ModelError, match="model 'claude'.*HTTP 404.*check base_url"):
+            asyncio.run(model.generate([Message(role="user", content="Hi")], [], 0))
+        assert len(fp.log) == 1
+
+
 @pytest.mark.parametrize("protocol", ("openai-chat", "openai-responses"))
 def test_reply_split_over_choices_is_merged_and_calls_run_in_order(tmp_path, protocol):
     calls = [("c1", "search", json.dumps({"query": "kyoto"})), ("c2", "search", json.dumps({"query": "osaka"}))]

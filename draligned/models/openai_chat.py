@@ -68,10 +68,11 @@ class OpenAIChat(RemoteModel):
     def read_reply(self, data: dict[str, Any]) -> dict[str, Any]:
         anomalies: list[str] = []
         choices = [c for c in wire.as_list(data.get("choices")) if isinstance(c, dict)]
+        choices.sort(key=lambda c: c["index"] if isinstance(c.get("index"), int) else 0)  # stable
         if len(choices) > 1:
             anomalies.append(f"split reply: {len(choices)} choices merged in order")
         texts, calls, refusals, reasons = [], [], [], []
-        for i, choice in enumerate(choices):
+        for choice in choices:
             msg = choice.get("message") if isinstance(choice.get("message"), dict) else {}
             if text := wire.text_of(msg.get("content")):
                 texts.append(text)

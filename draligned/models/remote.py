@@ -111,7 +111,9 @@ class RemoteModel(ModelAPI):
             f = exc.failure
             how = "failed fast (not retried)" if not f.retryable else f"gave up after {len(exc.attempts)} attempt(s)"
             status = f"HTTP {f.status_code} " if f.status_code else ""
-            raise ModelError(f"{self.label}: {status}{f.error}: {f.message} ({how})", exc.attempts) from None
+            hint = (" — check base_url: the host root for anthropic, including /v1 for openai"
+                    if f.status_code == 404 else "")
+            raise ModelError(f"{self.label}: {status}{f.error}: {f.message} ({how}){hint}", exc.attempts) from None
         latency = time.perf_counter() - started
         echoed, raw = self.redact(raw) != raw, self.redact(raw)  # a key echoed back is never archived
         try:
