@@ -217,3 +217,11 @@ def test_split_parts_with_the_same_id_and_name_are_joined_until_the_arguments_pa
     merged = wire.merge_fragments(parts, notes, "a later choice")
     assert [(c.id, c.arguments) for c in merged] == [("c1", {"query": "kyoto"}), ("c2", {"url": "u"}), ("c3", None)]
     assert len(notes) == 1
+
+
+def test_price_bills_cached_prompt_tokens_at_their_own_rate():
+    from draligned.models.pricing import Price
+    from draligned.records import Usage
+    usage = Usage(input_tokens=1000, output_tokens=100, reasoning_tokens=30, cached_tokens=400)
+    assert Price(input=2.0, output=8.0, cached_input=0.5).cost(usage) == pytest.approx((600 * 2 + 400 * 0.5 + 100 * 8) / 1e6)
+    assert Price(input=2.0, output=8.0).cost(usage) == pytest.approx((1000 * 2 + 100 * 8) / 1e6)

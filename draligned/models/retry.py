@@ -65,6 +65,15 @@ class AttemptFailed(Exception):
         self.failure = failure
 
 
+class GaveUp(Exception):
+    """The retry loop ended without a reply."""
+
+    def __init__(self, failure: Failure, attempts: list[ModelAttempt]) -> None:
+        super().__init__(failure.message)
+        self.failure = failure
+        self.attempts = attempts
+
+
 def status_failure(error: str, status: int, message: str, headers: Mapping[str, str]) -> Failure:
     """Classify an HTTP error status: 408/409/429/5xx are retried, the rest fail fast."""
     retryable = status in RETRYABLE_STATUS or status >= 500
@@ -136,12 +145,3 @@ async def call_with_retries(
     except AttemptFailed as exc:
         raise GaveUp(exc.failure, attempts) from exc
     return result, attempts
-
-
-class GaveUp(Exception):
-    """The retry loop ended without a reply."""
-
-    def __init__(self, failure: Failure, attempts: list[ModelAttempt]) -> None:
-        super().__init__(failure.message)
-        self.failure = failure
-        self.attempts = attempts
