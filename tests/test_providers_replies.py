@@ -133,12 +133,12 @@ def test_retries_are_bounded_by_attempts_and_by_total_time(tmp_path):
 
 
 def test_timeouts_and_connection_errors_are_retried(tmp_path):
-    rec, fp = run_one(tmp_path, "openai-responses", [Slow(1.0)], retry={"timeout_s": 0.2})
+    rec, _ = run_one(tmp_path, "openai-responses", [Slow(1.0)], retry={"timeout_s": 0.2})
     assert rec.status == "completed"
     assert [e.attempt.error for e in of(rec, ModelAttemptEvent)] == ["APITimeoutError"]
 
-    with FakeProvider("openai-chat") as fp:
-        closed = fp.base_url  # nothing listens here once the server is closed
+    with FakeProvider("openai-chat") as gone:
+        closed = gone.base_url  # nothing listens here once the server is closed
     model = get_model(ModelDeclaration(name="gone", protocol="openai-chat", model="id", base_url=closed,
                                        api_key_env="FAKE_PROVIDER_KEY", retry={"max_attempts": 2}))
     with pytest.raises(ModelError, match="model 'gone'.*gave up after 2") as err:
