@@ -14,7 +14,9 @@ from pathlib import Path
 import duckdb
 
 from draligned.archive.store import Archive
-from draligned.records import DraftEvent, FinalEvent, ModelCallEvent, NoticeEvent, RunRecord, ToolCallEvent
+from draligned.records import (
+    DraftEvent, FinalEvent, ModelAttemptEvent, ModelCallEvent, NoticeEvent, RunRecord, ToolCallEvent,
+)
 
 SCHEMA = """
 CREATE TABLE runs (
@@ -22,7 +24,8 @@ CREATE TABLE runs (
   card_sha256 TEXT, arm TEXT, model TEXT, protocol TEXT, requested_model TEXT, harness TEXT,
   seed INTEGER, status TEXT, status_reason TEXT, model_calls INTEGER, tool_calls INTEGER,
   drafts INTEGER, input_tokens BIGINT, output_tokens BIGINT, reasoning_tokens BIGINT,
-  cached_tokens BIGINT, final_blob TEXT, started_at TEXT, ended_at TEXT, record_sha256 TEXT
+  cached_tokens BIGINT, final_blob TEXT, started_at TEXT, ended_at TEXT, record_sha256 TEXT,
+  cache_hits INTEGER, failed_attempts INTEGER, cost_usd DOUBLE
 );
 CREATE TABLE events (
   run_id TEXT, seq INTEGER, event_id TEXT, type TEXT, role TEXT, tool TEXT, request_text TEXT,
@@ -41,7 +44,8 @@ def _run_row(r: RunRecord) -> tuple:
         r.slot.model, r.protocol, r.requested_model, r.slot.harness, r.slot.seed, r.status,
         r.status_reason, r.counters.model_calls, r.counters.tool_calls, r.counters.drafts,
         u.input_tokens, u.output_tokens, u.reasoning_tokens, u.cached_tokens, r.final_blob,
-        r.started_at, r.ended_at, r.record_sha256,
+        r.started_at, r.ended_at, r.record_sha256, r.counters.cache_hits, r.counters.failed_attempts,
+        r.counters.cost_usd,
     )
 
 
@@ -65,6 +69,8 @@ def _event_rows(r: RunRecord) -> list[tuple]:
             row.update(blob=ev.blob, chars=ev.chars, code=ev.delivered_by)
         elif isinstance(ev, NoticeEvent):
             row.update(code=ev.code)
+        elif isinstance(ev, ModelAttemptEvent):
+            row.update(role=ev.role, code=ev.attempt.error, error=ev.attempt.detail)
         rows.append((r.run_id, seq, ev.event_id, ev.type, row["role"], row["tool"],
                      row["request_text"], row["blob"], row["chars"], row["version"], row["error"],
                      row["code"], row["model_echo"], row["finish_reason"], row["input_tokens"],
