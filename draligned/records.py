@@ -65,7 +65,7 @@ class Usage(Record):
     """Token usage of one model call as reported by the provider."""
 
     input_tokens: int = 0
-    """Prompt tokens."""
+    """Prompt tokens, including the ones served from the provider's cache."""
     output_tokens: int = 0
     """Completion tokens, including reasoning tokens where the provider counts them there."""
     reasoning_tokens: int = 0
@@ -80,6 +80,21 @@ class Usage(Record):
             reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
             cached_tokens=self.cached_tokens + other.cached_tokens,
         )
+
+
+class ModelAttempt(Record):
+    """One failed attempt at a model call (the successful attempt is the model call itself)."""
+
+    attempt: int
+    """1-based attempt number within the call."""
+    error: str
+    """Error class, e.g. RateLimitError, InternalServerError, APITimeoutError."""
+    status_code: int | None = None
+    """HTTP status when the server answered; None for timeouts and connection errors."""
+    wait_s: float | None = None
+    """Seconds waited before the next attempt; None when no further attempt was made."""
+    detail: str = ""
+    """Short error message (credentials redacted)."""
 
 
 class ModelReply(Record):
@@ -105,9 +120,25 @@ class ModelReply(Record):
     """Wall-clock seconds from send to full reply."""
     anomalies: list[str] = Field(default_factory=list)
     """Protocol anomalies noticed while normalising (e.g. split reply merged, dropped tool call)."""
+    attempts: list[ModelAttempt] = Field(default_factory=list)
+    """Failed attempts (retried) before this reply arrived; empty when the first attempt succeeded."""
+    cache_hit: bool = False
+    """True when the reply was replayed from the exact-input cache instead of sent."""
 
 
 # --------------------------------------------------------------------------- run events
+class ModelAttemptEvent(Record):
+    """A failed attempt at a model call, recorded before the call's outcome."""
+
+    type: Literal["model_attempt"] = "model_attempt"
+    event_id: str
+    """Sequential id within the run."""
+    role: str = "executor"
+    """Which context made the call."""
+    attempt: ModelAttempt
+    """What happened on this attempt."""
+
+
 class ModelCallEvent(Record):
     """A model call made by the executor."""
 
@@ -134,6 +165,12 @@ class ModelCallEvent(Record):
     """Number of tool calls in the reply."""
     anomalies: list[str] = Field(default_factory=list)
     """Protocol anomalies noticed in this reply."""
+    violations: list[str] = Field(default_factory=list)
+    """Failed per-model checks declared in the study (any violation fails the run)."""
+    cache_hit: bool = False
+    """True when the reply was replayed from the exact-input cache."""
+    cost_usd: float | None = None
+    """Cost of the call from the model's price table; None when the model is not priced."""
 
 
 class ToolCallEvent(Record):
@@ -255,8 +292,8 @@ class DelegateEvent(Record):
 
 
 Event = Annotated[
-    ModelCallEvent | ToolCallEvent | DraftEvent | FinalEvent | NoticeEvent | SnapshotEvent
-    | DelegateEvent,
+    ModelCallEvent | ModelAttemptEvent | ToolCallEvent | DraftEvent | FinalEvent | NoticeEvent
+    | SnapshotEvent | DelegateEvent,
     Field(discriminator="type"),
 ]
 
@@ -306,6 +343,12 @@ class Counters(Record):
     """Draft versions saved."""
     usage: Usage = Field(default_factory=Usage)
     """Token usage summed over the run's model calls."""
+    cache_hits: int = 0
+    """Model calls replayed from the exact-input cache."""
+    failed_attempts: int = 0
+    """Model call attempts that failed (and were retried or ended the run)."""
+    cost_usd: float | None = None
+    """Summed cost of the priced model calls; None when the model is not priced."""
 
 
 class RunRecord(Record):

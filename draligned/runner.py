@@ -20,6 +20,7 @@ from draligned.archive.index import rebuild_index
 from draligned.executors import EXECUTORS, Ledger, RunSetup
 from draligned.executors.base import new_record
 from draligned.models import ModelAPI, get_model
+from draligned.models.cache import CachedModel, ReplayCache
 from draligned.records import RunRecord, Slot
 from draligned.sandbox import SandboxUnavailable, require_sandbox
 from draligned.study import Study, StudyError
@@ -81,6 +82,12 @@ async def run_study(study: Study, show_progress: bool = False) -> StudyResult:
             raise StudyError(f"{study.path}: harnesses {', '.join(sandboxed)} run their shell in a sandbox "
                              f"and refuse to start without one (no unsandboxed fallback): {exc}") from exc
     result = StudyResult(archive=archive, slots=len(slots), skipped=len(slots) - len(todo))
+    models = {m.name: get_model(m) for m in study.spec.models if any(s.model == m.name for s in todo)}
+    if study.spec.cache != "off":
+        cache = ReplayCache(study.cache_root, study.spec.cache)
+        models = {name: CachedModel(m, cache) for name, m in models.items()}
+    for m in models.values():
+        m.check_ready()  # a missing key fails this study before any run starts
     if todo:
         # Provenance: the exact study, card and contract bytes every run names by hash.
         archive.put_blob(study.path.read_bytes())
@@ -89,7 +96,6 @@ async def run_study(study: Study, show_progress: bool = False) -> StudyResult:
                 raise StudyError(f"{lc.path}: card file changed while the study was starting")
         for c in study.contracts.values():
             archive.put_blob(c.raw)
-    models = {m.name: get_model(m) for m in study.spec.models if any(s.model == m.name for s in todo)}
     gate = asyncio.Semaphore(study.spec.concurrency)
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, disable=not show_progress) as progress:

@@ -51,6 +51,10 @@ class StudySpec(BaseModel):
     """Archive root, relative to the study file unless absolute."""
     corpus: str
     """Search corpus (JSONL), relative to the study file."""
+    cache: Literal["off", "read-write", "read-only"] = "off"
+    """Exact-input replay cache mode (``draligned run --cache`` overrides it)."""
+    cache_dir: str | None = None
+    """Replay cache directory, relative to the study file; default ``<archive>/cache``."""
 
     @field_validator("seeds", "concurrency")
     @classmethod
@@ -72,6 +76,11 @@ class Study(BaseModel):
     contracts: dict[str, LoadedContract]
     archive_root: Path
     corpus_path: Path
+
+    @property
+    def cache_root(self) -> Path:
+        """Where the replay cache lives."""
+        return self.path.parent / self.spec.cache_dir if self.spec.cache_dir else self.archive_root / "cache"
 
     def model_named(self, name: str) -> ModelDeclaration:
         return next(m for m in self.spec.models if m.name == name)

@@ -38,3 +38,12 @@ def _no_network(monkeypatch: pytest.MonkeyPatch) -> None:
 def repo() -> Path:
     """The checkout root (cards, contracts, corpora live here)."""
     return REPO
+
+
+@pytest.fixture(autouse=True)
+def _instant_retry_waits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Retry waits are recorded as computed but not slept, so retry tests stay fast."""
+    async def no_sleep(seconds: float) -> None:
+        return None
+
+    monkeypatch.setattr("draligned.models.retry.SLEEP", no_sleep)

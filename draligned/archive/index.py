@@ -6,13 +6,17 @@ files in a deterministic order, so rebuilding twice gives identical table conten
 
 from __future__ import annotations
 
+import json
 import os
+import tempfile
 from pathlib import Path
 
 import duckdb
 
 from draligned.archive.store import Archive
-from draligned.records import DraftEvent, FinalEvent, ModelCallEvent, NoticeEvent, RunRecord, ToolCallEvent
+from draligned.records import (
+    DraftEvent, FinalEvent, ModelAttemptEvent, ModelCallEvent, NoticeEvent, RunRecord, ToolCallEvent,
+)
 
 SCHEMA = """
 CREATE TABLE runs (
@@ -20,7 +24,8 @@ CREATE TABLE runs (
   card_sha256 TEXT, arm TEXT, model TEXT, protocol TEXT, requested_model TEXT, harness TEXT,
   seed INTEGER, status TEXT, status_reason TEXT, model_calls INTEGER, tool_calls INTEGER,
   drafts INTEGER, input_tokens BIGINT, output_tokens BIGINT, reasoning_tokens BIGINT,
-  cached_tokens BIGINT, final_blob TEXT, started_at TEXT, ended_at TEXT, record_sha256 TEXT
+  cached_tokens BIGINT, final_blob TEXT, started_at TEXT, ended_at TEXT, record_sha256 TEXT,
+  cache_hits INTEGER, failed_attempts INTEGER, cost_usd DOUBLE
 );
 CREATE TABLE events (
   run_id TEXT, seq INTEGER, event_id TEXT, type TEXT, role TEXT, tool TEXT, request_text TEXT,
@@ -39,7 +44,8 @@ def _run_row(r: RunRecord) -> tuple:
         r.slot.model, r.protocol, r.requested_model, r.slot.harness, r.slot.seed, r.status,
         r.status_reason, r.counters.model_calls, r.counters.tool_calls, r.counters.drafts,
         u.input_tokens, u.output_tokens, u.reasoning_tokens, u.cached_tokens, r.final_blob,
-        r.started_at, r.ended_at, r.record_sha256,
+        r.started_at, r.ended_at, r.record_sha256, r.counters.cache_hits, r.counters.failed_attempts,
+        r.counters.cost_usd,
     )
 
 
@@ -63,6 +69,8 @@ def _event_rows(r: RunRecord) -> list[tuple]:
             row.update(blob=ev.blob, chars=ev.chars, code=ev.delivered_by)
         elif isinstance(ev, NoticeEvent):
             row.update(code=ev.code)
+        elif isinstance(ev, ModelAttemptEvent):
+            row.update(role=ev.role, code=ev.attempt.error, error=ev.attempt.detail)
         rows.append((r.run_id, seq, ev.event_id, ev.type, row["role"], row["tool"],
                      row["request_text"], row["blob"], row["chars"], row["version"], row["error"],
                      row["code"], row["model_echo"], row["finish_reason"], row["input_tokens"],
@@ -70,28 +78,41 @@ def _event_rows(r: RunRecord) -> list[tuple]:
     return rows
 
 
+def bulk_insert(con: duckdb.DuckDBPyConnection, table: str, rows: list[tuple]) -> None:
+    """Insert many rows at once through a newline-delimited JSON file (executemany is slow)."""
+    if not rows:
+        return
+    cols = con.execute(f"SELECT column_name, data_type FROM information_schema.columns "
+                       f"WHERE table_name = '{table}' ORDER BY ordinal_position").fetchall()
+    with tempfile.TemporaryDirectory(prefix="draligned-index-") as scratch:
+        path = Path(scratch) / f"{table}.jsonl"
+        with path.open("w", encoding="utf-8") as fh:
+            for row in rows:
+                fh.write(json.dumps(dict(zip((c for c, _ in cols), row)), ensure_ascii=False) + "\n")
+        spec = "{" + ", ".join(f"'{c}': '{t}'" for c, t in cols) + "}"
+        con.execute(f"INSERT INTO {table} SELECT * FROM read_json(?, format='newline_delimited', "
+                    f"columns={spec})", [str(path)])
+
+
 def rebuild_index(archive: Archive) -> Path:
-    """Rebuild ``index.duckdb`` from the run records (started markers included) and blobs."""
+    """Rebuild ``index.duckdb`` from the run records (started markers included), blobs and reads."""
     target = archive.root / "index.duckdb"
     tmp = archive.root / ".index.duckdb.tmp"
     for stale in (tmp, Path(str(tmp) + ".wal")):
         stale.unlink(missing_ok=True)
     records = {r.run_id: r for r in archive.started()}
     records.update({r.run_id: r for r in archive.records()})
+    ordered = [records[k] for k in sorted(records)]
+    arts = sorted({(sha, kind, r.run_id) for r in ordered for sha, kind in r.blob_refs()})
     con = duckdb.connect(str(tmp))
     try:
         con.execute(SCHEMA)
-        ordered = [records[k] for k in sorted(records)]
-        if ordered:
-            con.executemany(f"INSERT INTO runs VALUES ({','.join('?' * 25)})", [_run_row(r) for r in ordered])
-            events = [row for r in ordered for row in _event_rows(r)]
-            if events:
-                con.executemany(f"INSERT INTO events VALUES ({','.join('?' * 18)})", events)
-            arts = sorted({(sha, kind, r.run_id) for r in ordered for sha, kind in r.blob_refs()})
-            con.executemany(
-                "INSERT INTO artifacts VALUES (?, ?, ?, ?)",
-                [(sha, kind, run, _size(archive, sha)) for sha, kind, run in arts],
-            )
+        bulk_insert(con, "runs", [_run_row(r) for r in ordered])
+        bulk_insert(con, "events", [row for r in ordered for row in _event_rows(r)])
+        bulk_insert(con, "artifacts", [(sha, kind, run, _size(archive, sha)) for sha, kind, run in arts])
+        from draligned.evaluator.index import add_evaluator_tables  # evaluator depends on archive
+
+        add_evaluator_tables(con, archive)
     finally:
         con.close()
     os.replace(tmp, target)

@@ -29,6 +29,9 @@ def verify_archive(archive: Archive) -> list[str]:
         for sha, kind in record.blob_refs() + [(e, "final") for e in [record.final_blob] if e]:
             if not archive.blob_path(sha).exists():
                 problems.append(f"{archive.blob_path(sha)}: missing {kind} blob referenced by {path.name}")
+    from draligned.evaluator.storage import verify_reads  # the evaluator depends on the archive
+
+    problems += verify_reads(archive)
     return sorted(set(problems))
 
 

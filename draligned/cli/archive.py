@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+import duckdb
 from rich.console import Console
 from rich.table import Table
 
@@ -51,18 +52,32 @@ def cmd_reindex(args: argparse.Namespace) -> int:
     return 0
 
 
-def stats(archive: Archive) -> dict[str, int]:
-    """Archive totals from the index (runs count run attempts, including interrupted ones)."""
-    with connect(archive) as con:
-        row = con.execute("""
-            SELECT count(*), count(*) FILTER (status = 'completed'), coalesce(sum(model_calls), 0),
-                   coalesce(sum(tool_calls), 0), coalesce(sum(input_tokens), 0),
-                   coalesce(sum(output_tokens), 0), coalesce(sum(reasoning_tokens), 0)
-            FROM runs""").fetchone()
-    keys = ("runs", "completed_runs", "model_calls", "tool_calls", "input_tokens", "output_tokens",
-            "reasoning_tokens")
-    out = {k: int(v) for k, v in zip(keys, row)}
+TOTALS = ("model_calls", "tool_calls", "input_tokens", "output_tokens", "reasoning_tokens",
+          "cached_tokens", "cache_hits", "failed_attempts")
+
+
+def stats(archive: Archive) -> dict:
+    """Archive totals from the index (runs count run attempts, including interrupted ones), overall
+    and per model; ``cost_usd`` is None unless some model was priced."""
+    sums = ", ".join(f"coalesce(sum({k}), 0)" for k in TOTALS)
+    query = f"""SELECT {{group}} count(*), count(*) FILTER (status = 'completed'), {sums}, sum(cost_usd)
+                FROM runs {{by}}"""
+    try:
+        with connect(archive) as con:
+            total = con.execute(query.format(group="", by="")).fetchone()
+            per_model = con.execute(query.format(group="model,", by="GROUP BY model ORDER BY model")).fetchall()
+    except duckdb.BinderException:  # an index built by an older version: rebuild it from the files
+        rebuild_index(archive)
+        return stats(archive)
+    keys = ("runs", "completed_runs", *TOTALS, "cost_usd")
+
+    def row(values: tuple) -> dict:
+        return {k: (None if v is None else round(float(v), 6)) if k == "cost_usd" else int(v)
+                for k, v in zip(keys, values)}
+
+    out = row(total)
     out["blobs"] = len(archive.blob_shas())
+    out["by_model"] = {r[0]: row(r[1:]) for r in per_model}
     return out
 
 
@@ -70,9 +85,18 @@ def cmd_stats(args: argparse.Namespace) -> int:
     data = stats(Archive(args.archive))
     if args.json:
         print(json.dumps(data, sort_keys=True))
-    else:
-        for k, v in data.items():
-            print(f"{k:>18}: {v}")
+        return 0
+    for k, v in data.items():
+        if k != "by_model":
+            print(f"{k:>18}: {'-' if v is None else v}")
+    table = Table(title="by model")
+    cols = ("runs", "model_calls", "input_tokens", "output_tokens", "reasoning_tokens", "cached_tokens",
+            "cache_hits", "failed_attempts", "cost_usd")
+    for col in ("model", *cols):
+        table.add_column(col, justify="left" if col == "model" else "right")
+    for name, m in data["by_model"].items():
+        table.add_row(name, *("-" if m[c] is None else str(m[c]) for c in cols))
+    Console(width=160).print(table)
     return 0
 
 

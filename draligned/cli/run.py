@@ -11,29 +11,42 @@ from rich.console import Console
 from rich.table import Table
 
 from draligned.cards import CardError
+from draligned.cli.evaluate import print_pair_matrix, run_read
+from draligned.evaluator.config import load_evaluator
+from draligned.evaluator.states import pair_cells, state_rows
 from draligned.harness import ContractError
 from draligned.models import ModelError
+from draligned.models.cache import CACHE_MODES
 from draligned.runner import StudyResult, run_study
 from draligned.study import StudyError, load_study
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEMO_STUDY = REPO_ROOT / "studies" / "demo.toml"
+DEMO_EVALUATOR = REPO_ROOT / "evaluators" / "sim.toml"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="run a study (resumes: finished slots are skipped)")
     p.add_argument("study", help="study TOML file")
     p.add_argument("--archive", help="archive root (overrides the study's `archive`)")
+    p.add_argument("--cache", choices=CACHE_MODES, help="replay cache mode (overrides the study's `cache`)")
+    p.add_argument("--cache-dir", help="replay cache directory (default ARCHIVE/cache); e.g. an old "
+                                       "archive's cache to replay it with --cache read-only")
     p.set_defaults(func=cmd_run)
     d = sub.add_parser("demo", help="run the bundled offline demo study with the simulated agent")
     d.add_argument("--out", required=True, help="output directory; the archive goes to OUT/archive")
     d.set_defaults(func=cmd_demo)
 
 
-def _execute(study_path: Path, archive: str | Path | None) -> tuple[int, StudyResult | None]:
+def _execute(study_path: Path, archive: str | Path | None, cache: str | None = None,
+             cache_dir: str | None = None) -> tuple[int, StudyResult | None]:
     console = Console(stderr=True)
     try:
         study = load_study(study_path, archive)
+        if cache:
+            study.spec.cache = cache
+        if cache_dir:
+            study.spec.cache_dir = str(Path(cache_dir).resolve())
         result = asyncio.run(run_study(study, show_progress=console.is_terminal))
     except (StudyError, CardError, ContractError, ModelError) as exc:
         console.print(f"[red]error:[/red] {exc}")
@@ -58,7 +71,7 @@ def _summary(result: StudyResult) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    code, _ = _execute(Path(args.study), args.archive)
+    code, _ = _execute(Path(args.study), args.archive, args.cache, args.cache_dir)
     return code
 
 
@@ -70,8 +83,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
     code, result = _execute(DEMO_STUDY, archive)
     if result is None:
         return code
+    print("Reading the archive with the SIMULATOR evaluator (lexical, offline; not a language model).",
+          file=sys.stderr)
+    summary = run_read(result.archive, DEMO_EVALUATOR)
+    evaluator_id = load_evaluator(DEMO_EVALUATOR).evaluator_id
+    print_pair_matrix(pair_cells(result.archive, state_rows(result.archive, evaluator_id)), "final")
     print(f"\nArchive: {archive}\nNext:\n"
           f"  draligned archive verify {archive}\n"
           f"  draligned archive ls {archive}\n"
-          f"  draligned archive stats {archive} --json")
-    return code
+          f"  draligned archive stats {archive} --json\n"
+          f"  draligned states {archive} --evaluator {evaluator_id} --json")
+    return code or (1 if summary.model_errors else 0)

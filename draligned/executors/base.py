@@ -21,8 +21,9 @@ from draligned.archive import Archive
 from draligned.harness import LoadedContract
 from draligned.models import ModelAPI, ModelError
 from draligned.records import (
-    Counters, DelegateEvent, DraftEvent, FinalEvent, Message, ModelCallEvent, ModelReply, NoticeEvent,
-    RunRecord, RunStatus, SnapshotEvent, ToolCall, ToolCallEvent, ToolSpec, WorkerRun,
+    Counters, DelegateEvent, DraftEvent, FinalEvent, Message, ModelAttempt, ModelAttemptEvent,
+    ModelCallEvent, ModelReply, NoticeEvent, RunRecord, RunStatus, SnapshotEvent, ToolCall, ToolCallEvent,
+    ToolSpec, WorkerRun,
 )
 from draligned.tools.acquisition import AcquisitionTools
 
@@ -75,7 +76,16 @@ class RunWriter:
         """Write the started marker (kept even if the run is interrupted)."""
         self.archive.write_started(self.record)
 
-    def model_call(self, reply: ModelReply, role: str = "executor") -> ModelCallEvent:
+    def attempts(self, attempts: list[ModelAttempt], role: str = "executor") -> None:
+        """Record failed attempts of a model call (retried, or the one that ended it)."""
+        for a in attempts:
+            self.record.events.append(ModelAttemptEvent(event_id=self._event_id(), role=role, attempt=a))
+        self.record.counters.failed_attempts += len(attempts)
+
+    def model_call(self, reply: ModelReply, role: str = "executor", violations: list[str] | None = None,
+                   cost_usd: float | None = None) -> ModelCallEvent:
+        """Record a reply (after its failed attempts) with its check violations and cost."""
+        self.attempts(reply.attempts, role)
         body = reply.request_body
         fields = {k: v for k, v in body.items() if k not in ("messages", "tools", "input", "system")}
         ev = ModelCallEvent(
@@ -85,10 +95,14 @@ class RunWriter:
             request_fields=fields, model_echo=reply.model_echo, finish_reason=reply.finish_reason,
             usage=reply.usage, latency_s=round(reply.latency_s, 6),
             n_tool_calls=len(reply.tool_calls), anomalies=reply.anomalies,
+            violations=violations or [], cache_hit=reply.cache_hit, cost_usd=cost_usd,
         )
         c = self.record.counters
         c.model_calls += 1
         c.usage = c.usage + reply.usage
+        c.cache_hits += int(reply.cache_hit)
+        if cost_usd is not None:
+            c.cost_usd = round((c.cost_usd or 0.0) + cost_usd, 8)
         self.record.events.append(ev)
         return ev
 
@@ -200,6 +214,13 @@ class Loop:
     after_tool: Callable[[ToolCallEvent], None] | None = None
     records_final: bool = True
     """False for H-D workers: their text-only reply goes back to the root, not into a FinalEvent."""
+    _validators: dict[str, jsonschema.protocols.Validator] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for spec in self.tools:
+            cls = jsonschema.validators.validator_for(spec.parameters)
+            cls.check_schema(spec.parameters)
+            self._validators[spec.name] = cls(spec.parameters)
 
     async def run(self) -> tuple[RunStatus, str | None, str | None]:
         """Returns (status, reason, final text)."""
@@ -210,9 +231,14 @@ class Loop:
             try:
                 reply = await s.model.generate(self.messages, self.tools, s.seed)
             except ModelError as exc:
+                self.writer.attempts(exc.attempts, self.role)
                 return "failed", f"model error: {exc}", None
             s.ledger.model_calls += 1
-            self.writer.model_call(reply, self.role)
+            decl = s.model.declaration
+            violations = decl.checks.violations(reply)
+            self.writer.model_call(reply, self.role, violations, decl.price.cost(reply.usage) if decl.price else None)
+            if violations:
+                return "failed", "model check failed: " + "; ".join(violations), None
             self.messages.append(Message(role="assistant", content=reply.text, tool_calls=reply.tool_calls))
             if not reply.tool_calls:
                 return self._no_tool_reply(reply)
@@ -263,12 +289,12 @@ class Loop:
                 f"({call.parse_error or 'unparseable'}). Call the tool again with valid JSON arguments.",
                 error="malformed_arguments")
         else:
-            try:
-                jsonschema.validate(call.arguments, spec.parameters)
-                outcome = await self.handlers[call.name](call.arguments)
-            except jsonschema.ValidationError as exc:
-                outcome = ToolOutcome(f"Error: invalid arguments for {call.name}: {exc.message}",
+            problem = jsonschema.exceptions.best_match(self._validators[call.name].iter_errors(call.arguments))
+            if problem is not None:
+                outcome = ToolOutcome(f"Error: invalid arguments for {call.name}: {problem.message}",
                                       error="invalid_arguments")
+            else:
+                outcome = await self.handlers[call.name](call.arguments)
         self.setup.ledger.tool_calls += 1
         ev = self.writer.tool_call(call, outcome.text, outcome.error, outcome.request_text, self.role)
         if outcome.draft is not None:

@@ -14,11 +14,18 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from draligned.hashing import sha256_json
-from draligned.records import Message, ModelReply, ToolSpec
+from draligned.models.checks import ModelChecks
+from draligned.models.pricing import Price
+from draligned.models.retry import RetryPolicy
+from draligned.records import Message, ModelAttempt, ModelReply, ToolSpec
 
 #: protocol name -> "module:Class"; imported only when a study uses the protocol.
 PROTOCOLS: dict[str, str] = {
     "sim": "draligned.models.sim:SimAgent",
+    "openai-chat": "draligned.models.openai_chat:OpenAIChat",
+    "openai-responses": "draligned.models.openai_responses:OpenAIResponses",
+    "anthropic": "draligned.models.anthropic_messages:AnthropicMessages",
+    "sim-evaluator": "draligned.evaluator.sim:SimEvaluator",
 }
 
 #: Request fields sent unless a model declaration overrides or omits them (paper Table 12).
@@ -31,6 +38,11 @@ DEFAULT_REQUEST_FIELDS: dict[str, Any] = {
 
 class ModelError(Exception):
     """A model call that failed in a way the run must record (never retried silently)."""
+
+    def __init__(self, message: str, attempts: list[ModelAttempt] | None = None) -> None:
+        super().__init__(message)
+        self.attempts: list[ModelAttempt] = attempts or []
+        """The failed attempts of the call, recorded in the run before the failure."""
 
 
 class ModelDeclaration(BaseModel):
@@ -54,6 +66,12 @@ class ModelDeclaration(BaseModel):
     """Default request fields not to send for this model (e.g. temperature for Grok)."""
     options: dict[str, Any] = Field(default_factory=dict)
     """Protocol-specific options that are not request fields (e.g. the simulator's sensitivity)."""
+    checks: ModelChecks = Field(default_factory=ModelChecks)
+    """Checks evaluated on every reply (e.g. require_zero_reasoning_tokens); a violation fails the run."""
+    retry: RetryPolicy = Field(default_factory=RetryPolicy)
+    """Retries, timeout and connection limit (transport only: not part of ``sha256``)."""
+    price: Price | None = None
+    """US dollars per million tokens, for cost reporting (not part of ``sha256``)."""
 
     def request_fields(self) -> dict[str, Any]:
         """Defaults, minus omitted fields, updated with the declared request fields."""
@@ -63,8 +81,10 @@ class ModelDeclaration(BaseModel):
 
     @property
     def sha256(self) -> str:
-        """Hash of everything that determines what is sent (no secrets are part of it)."""
-        return sha256_json(self.model_dump(mode="json"))
+        """Hash of everything that determines what is sent and how replies are judged (no secrets;
+        transport and price settings excluded; default checks left out so older hashes hold)."""
+        skip = {"retry", "price"} | ({"checks"} if self.checks == ModelChecks() else set())
+        return sha256_json(self.model_dump(mode="json", exclude=skip))
 
 
 class ModelAPI(ABC):
@@ -76,6 +96,9 @@ class ModelAPI(ABC):
     @abstractmethod
     async def generate(self, messages: list[Message], tools: list[ToolSpec], seed: int) -> ModelReply:
         """Send one request (the declaration's request fields plus ``messages`` and ``tools``)."""
+
+    def check_ready(self) -> None:
+        """Raise ModelError if the model cannot be called (e.g. its key is missing); before a study."""
 
 
 def get_model(declaration: ModelDeclaration) -> ModelAPI:

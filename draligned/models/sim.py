@@ -103,7 +103,7 @@ def affinity(texts: list[str], weights: dict[str, float]) -> list[float]:
     background weight and by how few of the texts contain them (a word all share says nothing)."""
     bags = [set(tokenize(t)) & weights.keys() for t in texts]
     df = {w: sum(w in b for b in bags) for w in weights}
-    return [sum(weights[w] * math.log((len(texts) + 1) / df[w]) for w in b) for b in bags]
+    return [sum(weights[w] * math.log((len(texts) + 1) / df[w]) for w in sorted(b)) for b in bags]
 
 
 class SimAgent(ModelAPI):
@@ -226,8 +226,8 @@ class SimAgent(ModelAPI):
         ranked = [pages[i] for i in order]
         title = _SENTENCE.split(task)[0].rstrip(".:：。")
         lines = [f"# {'Final report' if final else 'Draft'}: {title}", ""]
-        if background:
-            lines += ["## Your situation", " ".join(background), ""]
+        if background:  # restates what the user said last, never the whole background verbatim
+            lines += ["## Your situation", " ".join(background[-2:] if len(background) > 2 else background[-1:]), ""]
         lines.append("## Main recommendation")
         if ranked:
             head, body = _page_parts(ranked[0][1])

@@ -1,0 +1,18 @@
+"""CESS: candidate-pool estimates from logged adaptive searches (the CESS paper, section 3, appendix A).
+
+One concept per module:
+
+- ``trajectory``  the JSON Lines trajectory format, its JSON Schema and the validating loader
+- ``batch``       many trajectories as padded numpy arrays
+- ``estimators``  Opened Mean, OR, sequential IPW and DR (Eq. 6), CESS (Eqs. 9, 12, 13), intervals (Eq. 10)
+- ``metrics``     appendix F metrics, intervention effects (Eqs. 3–4), ICC, Spearman, cluster bootstrap
+- ``outcome``     outcome models fit on tuning tasks (tuning mean, closed-form ridge on TF-IDF)
+- ``tuning``      λ on the grid 0, 0.05, ..., 1 by tuning-task MAE
+- ``text``        tokens and TF-IDF vectors
+- ``pool``        the logged pool controller behind a pool-backed ``search`` tool (CRN sampling, stopping)
+- ``simulate``    a vectorized simulator of adaptive search over finite pools
+- ``experiments`` the paper's controlled experiments (Table 5, appendix A.3, A.4)
+- ``perspectrum`` PERSPECTRUM v1.0 claims as candidate pools
+- ``searches``    non-LLM controllers searching PERSPECTRUM pools
+- ``bench``       the PERSPECTRUM benchmark (appendix F, Tables 7, 8, 10)
+"""

@@ -1,0 +1,251 @@
+"""CESS pool-target estimators, vectorized over a :class:`TrajectoryBatch`.
+
+All follow the CESS paper (section 3, appendix A.2): Opened Mean, Outcome
+Regression m̄, sequential IPW (m ≡ 0), sequential DR raw (Eq. 6, always / K),
+CESS shrink-then-clip (Eq. 9), clip-then-shrink (Eq. 13), the Opened-Mean
+anchored variant (Eq. 12), weight diagnostics, and the support interval
+(Eq. 10) that replaces the point estimates when part of the pool is unreachable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from draligned.cess.batch import TrajectoryBatch
+from draligned.cess.trajectory import Trajectory
+
+SCORE_RANGE = (-1.0, 1.0)
+"""Default score bounds [L, U] of Y, used for clipping Π and for the support interval."""
+
+
+def clip(x: np.ndarray, bounds: tuple[float, float] = SCORE_RANGE) -> np.ndarray:
+    """Π_[L,U]: restrict to the valid score range."""
+    return np.clip(x, bounds[0], bounds[1])
+
+
+def importance_weights(
+    batch: TrajectoryBatch,
+    *,
+    selection: bool = True,
+    continuation: bool = True,
+    n_docs: np.ndarray | None = None,
+) -> np.ndarray:
+    """(B, K) weights 1 / (N p_t s_t) of observed rounds, 0 elsewhere.
+
+    ``selection=False`` substitutes p_t = 1/N and ``continuation=False`` sets
+    s_t = 1 (the ablations of Table 5 and Eq. 17); ``n_docs`` replaces N (support interval).
+    """
+    n = (batch.n_docs if n_docs is None else n_docs)[:, None].astype(float)
+    p = batch.p if selection else 1.0 / n
+    s = batch.reach if continuation else 1.0
+    return np.where(batch.mask, 1.0 / (n * p * s), 0.0)
+
+
+def opened_mean(batch: TrajectoryBatch) -> np.ndarray:
+    """Mean of Y over the T selections, repeats counted (A.2, θ̂_naive)."""
+    return np.where(batch.mask, batch.y, 0.0).sum(axis=1) / batch.n_rounds
+
+
+def outcome_regression(batch: TrajectoryBatch) -> np.ndarray:
+    """Full-pool mean prediction m̄ (ignores what was opened)."""
+    return batch.mbar
+
+
+def sequential_dr(batch: TrajectoryBatch, *, selection: bool = True, continuation: bool = True) -> np.ndarray:
+    """Raw sequential doubly robust estimate (Eq. 6): m̄ + (1/K) Σ_t (Y − m) / (N p_t s_t)."""
+    w = importance_weights(batch, selection=selection, continuation=continuation)
+    return batch.mbar + (w * (batch.y - batch.m)).sum(axis=1) / batch.budget
+
+
+def sequential_ipw(
+    batch: TrajectoryBatch, *, selection: bool = True, continuation: bool = True
+) -> np.ndarray:
+    """Sequential IPW: Eq. 6 with m ≡ 0."""
+    no_model = batch.with_predictions(np.zeros_like(batch.doc_m))
+    return sequential_dr(no_model, selection=selection, continuation=continuation)
+
+
+def cess_shrink_then_clip(dr_raw: np.ndarray, mbar: np.ndarray, lam: float) -> np.ndarray:
+    """CESS (Eq. 9): Π[m̄ + λ (θ̂_DR^raw − m̄)]."""
+    return clip(mbar + lam * (dr_raw - mbar))
+
+
+def cess_clip_then_shrink(dr_raw: np.ndarray, mbar: np.ndarray, lam: float) -> np.ndarray:
+    """CESS ten-round variant (Eq. 13): Π[m̄ + λ (Π[θ̂_DR^raw] − m̄)]."""
+    return clip(mbar + lam * (clip(dr_raw) - mbar))
+
+
+def cess_opened_anchor(dr_raw: np.ndarray, opened: np.ndarray, lam: float) -> np.ndarray:
+    """CESS five-round variant (Eq. 12): Π[θ̂_naive + λ (Π[θ̂_DR^raw] − θ̂_naive)]."""
+    return clip(opened + lam * (clip(dr_raw) - opened))
+
+
+@dataclass(frozen=True)
+class WeightDiagnostics:
+    """How much information the weights w_t = 1/(N p_t s_t) retain, per trajectory."""
+
+    ess: np.ndarray
+    """(B,) Kish effective sample size (Σw)² / Σw²."""
+    max_weight: np.ndarray
+    """(B,) largest weight."""
+
+
+def weight_diagnostics(batch: TrajectoryBatch) -> WeightDiagnostics:
+    """ESS and largest weight of each trajectory."""
+    w = importance_weights(batch)
+    return WeightDiagnostics(ess=w.sum(axis=1) ** 2 / (w**2).sum(axis=1), max_weight=w.max(axis=1))
+
+
+@dataclass(frozen=True)
+class SupportBounds:
+    """Eq. 10 per trajectory: θ* ∈ [(1−ρ)θ+ + ρL, (1−ρ)θ+ + ρU]."""
+
+    applies: np.ndarray
+    """(B,) True when some document had zero probability in every logged round (ρ > 0)."""
+    rho: np.ndarray
+    """(B,) inaccessible target mass ρ = 1 − |D+| / N."""
+    n_reachable: np.ndarray
+    """(B,) |D+|, documents with positive probability in at least one logged round."""
+    theta_plus: np.ndarray
+    """(B,) estimate of the mean over D+ by the sequential correction restricted to D+, clipped to [L, U]."""
+    lower: np.ndarray
+    """(B,) lower bound (1−ρ)θ+ + ρL."""
+    upper: np.ndarray
+    """(B,) upper bound (1−ρ)θ+ + ρU."""
+
+
+def support_interval(batch: TrajectoryBatch, bounds: tuple[float, float] = SCORE_RANGE) -> SupportBounds:
+    """Support interval (Eq. 10) with θ+ from Eq. 6 restricted to D+.
+
+    On D+ the pool size N becomes |D+| and m̄ the mean prediction over D+.
+    Documents outside D+ have probability 0 in every logged round, so each
+    round's probabilities renormalised over D+ equal the logged p_t.
+    """
+    reachable = batch.reachable
+    n_plus = reachable.sum(axis=1)
+    mbar_plus = np.where(reachable, batch.doc_m, 0.0).sum(axis=1) / n_plus
+    w = importance_weights(batch, n_docs=n_plus)
+    theta_plus = clip(mbar_plus + (w * (batch.y - batch.m)).sum(axis=1) / batch.budget, bounds)
+    rho = 1.0 - n_plus / batch.n_docs
+    return SupportBounds(
+        applies=rho > 0,
+        rho=rho,
+        n_reachable=n_plus,
+        theta_plus=theta_plus,
+        lower=(1 - rho) * theta_plus + rho * bounds[0],
+        upper=(1 - rho) * theta_plus + rho * bounds[1],
+    )
+
+
+@dataclass(frozen=True)
+class Estimates:
+    """Every estimator and diagnostic for a batch, as (B,) arrays."""
+
+    opened_mean: np.ndarray
+    """Mean Y over the selections (repeats counted)."""
+    outcome_regression: np.ndarray
+    """Full-pool mean prediction m̄."""
+    ipw_raw: np.ndarray
+    """Sequential IPW (Eq. 6, m ≡ 0)."""
+    dr_raw: np.ndarray
+    """Raw sequential DR (Eq. 6)."""
+    cess: np.ndarray
+    """Shrink-then-clip CESS (Eq. 9)."""
+    cess_clip_then_shrink: np.ndarray
+    """Clip-then-shrink CESS (Eq. 13)."""
+    cess_opened_anchor: np.ndarray
+    """Opened-Mean-anchored CESS (Eq. 12)."""
+    weights: WeightDiagnostics
+    """ESS and largest weight."""
+    theta_star: np.ndarray
+    """Pool target θ*, NaN when some Y is unknown."""
+    support: SupportBounds
+    """Support interval (Eq. 10) and whether it applies."""
+
+
+def estimate(batch: TrajectoryBatch, lam: float) -> Estimates:
+    """All estimators with shrinkage coefficient λ for the three CESS variants."""
+    if not 0.0 <= lam <= 1.0:
+        raise ValueError(f"lambda must lie in [0, 1], got {lam}")
+    dr = sequential_dr(batch)
+    opened = opened_mean(batch)
+    return Estimates(
+        opened_mean=opened,
+        outcome_regression=outcome_regression(batch),
+        ipw_raw=sequential_ipw(batch),
+        dr_raw=dr,
+        cess=cess_shrink_then_clip(dr, batch.mbar, lam),
+        cess_clip_then_shrink=cess_clip_then_shrink(dr, batch.mbar, lam),
+        cess_opened_anchor=cess_opened_anchor(dr, opened, lam),
+        weights=weight_diagnostics(batch),
+        theta_star=batch.theta_star,
+        support=support_interval(batch),
+    )
+
+
+class TrajectoryEstimate(BaseModel):
+    """The report of `draligned cess estimate` for one trajectory."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    trajectory_id: str
+    """Id of the trajectory."""
+    task_id: str
+    """Task whose pool was searched."""
+    rounds: int
+    """Observed rounds T."""
+    opened_mean: float
+    """Mean Y over the T selections (repeats counted); describes what was read, not the pool."""
+    outcome_regression: float
+    """Full-pool mean prediction m̄ (0 when no predictions were logged)."""
+    ipw_raw: float | None
+    """Sequential IPW (Eq. 6 with m ≡ 0); None where the support interval applies."""
+    dr_raw: float | None
+    """Raw sequential DR (Eq. 6); None where the support interval applies."""
+    cess: float | None
+    """CESS shrink-then-clip (Eq. 9) with the given λ; None where the support interval applies."""
+    cess_clip_then_shrink: float | None
+    """CESS clip-then-shrink (Eq. 13); None where the support interval applies."""
+    cess_opened_anchor: float | None
+    """CESS anchored at the Opened Mean (Eq. 12); None where the support interval applies."""
+    ess: float
+    """Kish effective sample size of the weights 1/(N p_t s_t)."""
+    max_weight: float
+    """Largest weight 1/(N p_t s_t)."""
+    theta_star: float | None
+    """Pool target θ* (Eq. 1) when every document's Y is logged."""
+    support_interval: tuple[float, float] | None
+    """[lower, upper] of Eq. 10 when some documents had zero probability throughout, else None."""
+
+
+def trajectory_estimates(trajectories: Sequence[Trajectory], lam: float) -> list[TrajectoryEstimate]:
+    """Per-trajectory reports: point estimates, or the support interval where it applies."""
+    if not trajectories:
+        return []
+    est = estimate(TrajectoryBatch.from_trajectories(trajectories), lam)
+    hidden = est.support.applies
+    points = {
+        name: [None if hide else float(v) for v, hide in zip(getattr(est, name), hidden, strict=True)]
+        for name in ("ipw_raw", "dr_raw", "cess", "cess_clip_then_shrink", "cess_opened_anchor")
+    }
+    return [
+        TrajectoryEstimate(
+            trajectory_id=traj.trajectory_id,
+            task_id=traj.task_id,
+            rounds=len(traj.rounds),
+            opened_mean=float(est.opened_mean[i]),
+            outcome_regression=float(est.outcome_regression[i]),
+            **{name: values[i] for name, values in points.items()},
+            ess=float(est.weights.ess[i]),
+            max_weight=float(est.weights.max_weight[i]),
+            theta_star=None if np.isnan(est.theta_star[i]) else float(est.theta_star[i]),
+            support_interval=(float(est.support.lower[i]), float(est.support.upper[i]))
+            if hidden[i]
+            else None,
+        )
+        for i, traj in enumerate(trajectories)
+    ]

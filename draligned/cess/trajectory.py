@@ -1,0 +1,194 @@
+"""The logged-trajectory JSON Lines format: models, schema validation and semantic checks.
+
+One line is one adaptive search over a fixed candidate pool (CESS paper, Eq. 5):
+each round logs the full selection-probability vector, the chosen document and
+the stop probability c_t before the round. Invalid input raises
+:class:`TrajectoryError` naming the line number and the offending field.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable
+from functools import cache
+from pathlib import Path
+from typing import Any, Literal
+
+import jsonschema
+from pydantic import BaseModel, ConfigDict
+
+SCHEMA_PATH = Path(__file__).with_name("trajectory.schema.json")
+PROB_SUM_TOLERANCE = 1e-6
+"""Probability vectors must sum to 1 within this tolerance."""
+
+Ranking = Literal["original", "pro", "anti"]
+
+
+class TrajectoryError(ValueError):
+    """Invalid trajectory input, located by line number and field path."""
+
+    def __init__(self, line: int, field: str, message: str) -> None:
+        super().__init__(f"line {line}: {field}: {message}")
+        self.line = line
+        self.field = field
+
+
+class TrajectoryPool(BaseModel):
+    """The candidate pool of one trajectory."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    doc_ids: list[str]
+    """Every candidate document, in the order of each round's probability vector."""
+    y: list[float | None] | None = None
+    """Evidence score per document in [-1, 1] (None where unknown); used only for θ* and errors."""
+    m: list[float] | None = None
+    """Outcome-model prediction per document, fixed before the search; None means m ≡ 0 (IPW)."""
+
+
+class TrajectoryRound(BaseModel):
+    """One logged selection round."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    probs: list[float]
+    """Selection probability of every pool document at this round, in ``doc_ids`` order."""
+    chosen: str
+    """Id of the document selected at this round."""
+    stop_prob: float
+    """Logged probability c_t of stopping before this round (c_1 = 0; 0 under fixed stopping)."""
+    y: float | None = None
+    """Evidence score of the chosen document; when None it is read from ``pool.y``."""
+
+
+class Trajectory(BaseModel):
+    """One logged search over a candidate pool (one JSON Lines record)."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    trajectory_id: str
+    """Unique id of this trajectory."""
+    task_id: str
+    """Research question (task) whose pool was searched."""
+    ranking: Ranking | None = None
+    """Ranking condition: original, supporting-first (pro) or opposing-first (anti)."""
+    budget: int
+    """Maximum number of rounds K; Eq. 6 always divides by K, even when fewer rounds ran."""
+    pool: TrajectoryPool
+    """The candidate pool with optional scores and predictions."""
+    rounds: list[TrajectoryRound]
+    """The T ≤ K observed rounds in order."""
+
+    def chosen_scores(self) -> list[float]:
+        """Y of the chosen document per round (round value first, else ``pool.y``)."""
+        index = {doc: i for i, doc in enumerate(self.pool.doc_ids)}
+        pool_y = self.pool.y or [None] * len(index)
+        scores = [r.y if r.y is not None else pool_y[index[r.chosen]] for r in self.rounds]
+        if any(s is None for s in scores):
+            raise ValueError(f"trajectory {self.trajectory_id}: Y unknown for a chosen document")
+        return [float(s) for s in scores]
+
+
+@cache
+def trajectory_schema() -> dict[str, Any]:
+    """The shipped JSON Schema of one trajectory record."""
+    return json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+
+
+def _field_path(parts: Iterable[str | int]) -> str:
+    """``['rounds', 1, 'probs']`` → ``rounds[1].probs``."""
+    path = ""
+    for part in parts:
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    return path or "<record>"
+
+
+def _schema_error(record: Any, line: int) -> TrajectoryError | None:
+    """The most relevant JSON Schema violation of ``record``, if any."""
+    validator = jsonschema.Draft202012Validator(trajectory_schema())
+    error = jsonschema.exceptions.best_match(validator.iter_errors(record))
+    if error is None:
+        return None
+    parts: list[str | int] = list(error.absolute_path)
+    missing = re.match(r"'(.+)' is a required property", error.message)
+    if error.validator == "required" and missing:
+        parts.append(missing.group(1))
+    return TrajectoryError(line, _field_path(parts), error.message)
+
+
+def _reject_constant(name: str) -> float:
+    raise ValueError(f"non-finite number {name} is not allowed")
+
+
+def _check_semantics(traj: Trajectory, line: int) -> None:
+    """Rules the schema cannot express: lengths, sums, membership, positivity, T ≤ K, Y known."""
+    n = len(traj.pool.doc_ids)
+    for name in ("y", "m"):
+        values = getattr(traj.pool, name)
+        if values is not None and len(values) != n:
+            raise TrajectoryError(
+                line, f"pool.{name}", f"has {len(values)} entries but the pool has {n} documents"
+            )
+    if len(traj.rounds) > traj.budget:
+        raise TrajectoryError(
+            line, "rounds", f"T={len(traj.rounds)} rounds exceed the budget K={traj.budget}"
+        )
+    index = {doc: i for i, doc in enumerate(traj.pool.doc_ids)}
+    pool_y = traj.pool.y or [None] * n
+    for t, rnd in enumerate(traj.rounds):
+        where = f"rounds[{t}]"
+        if len(rnd.probs) != n:
+            raise TrajectoryError(
+                line, f"{where}.probs", f"has {len(rnd.probs)} entries but the pool has {n} documents"
+            )
+        total = math.fsum(rnd.probs)
+        if abs(total - 1.0) > PROB_SUM_TOLERANCE:
+            raise TrajectoryError(
+                line, f"{where}.probs", f"sums to {total!r}, not 1 within {PROB_SUM_TOLERANCE}"
+            )
+        if rnd.chosen not in index:
+            raise TrajectoryError(
+                line, f"{where}.chosen", f"unknown document id {rnd.chosen!r} (not in pool.doc_ids)"
+            )
+        j = index[rnd.chosen]
+        if rnd.probs[j] <= 0.0:
+            raise TrajectoryError(
+                line, f"{where}.chosen", f"chosen document {rnd.chosen!r} has probability 0 in probs[{j}]"
+            )
+        if rnd.y is None and pool_y[j] is None:
+            raise TrajectoryError(
+                line, f"{where}.y", f"Y of chosen document {rnd.chosen!r} is in neither the round nor pool.y"
+            )
+        if rnd.y is not None and pool_y[j] is not None and abs(rnd.y - pool_y[j]) > 1e-9:
+            raise TrajectoryError(line, f"{where}.y", f"{rnd.y!r} disagrees with pool.y[{j}] = {pool_y[j]!r}")
+
+
+def parse_trajectory(text: str, line: int = 1) -> Trajectory:
+    """Parse and fully validate one JSON Lines record."""
+    try:
+        record = json.loads(text, parse_constant=_reject_constant)
+    except ValueError as exc:
+        raise TrajectoryError(line, "<json>", f"not valid JSON: {exc}") from None
+    error = _schema_error(record, line)
+    if error is not None:
+        raise error
+    traj = Trajectory.model_validate(record)
+    _check_semantics(traj, line)
+    return traj
+
+
+def load_trajectories(path: str | Path) -> list[Trajectory]:
+    """Read a JSON Lines file of trajectories (blank lines ignored); the first invalid line raises."""
+    trajectories: list[Trajectory] = []
+    seen: set[str] = set()
+    with Path(path).open(encoding="utf-8") as handle:
+        for number, text in enumerate(handle, start=1):
+            if text.strip():
+                traj = parse_trajectory(text, number)
+                if traj.trajectory_id in seen:
+                    raise TrajectoryError(number, "trajectory_id", f"duplicate id {traj.trajectory_id!r}")
+                seen.add(traj.trajectory_id)
+                trajectories.append(traj)
+    return trajectories

@@ -1,0 +1,291 @@
+"""`draligned cess`: pool estimates of logged trajectories, simulation, the PERSPECTRUM bench."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from draligned.cess.bench import BenchReport, BenchSettings, run_bench
+from draligned.cess.estimators import TrajectoryEstimate, trajectory_estimates
+from draligned.cess.experiments import SimulationReport, simulate
+from draligned.cess.perspectrum import load_perspectrum
+from draligned.cess.searches import SearchSettings
+from draligned.cess.trajectory import TrajectoryError, load_trajectories
+
+
+def _unit_interval(text: str) -> float:
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must lie in [0, 1], got {text}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """Right-aligned plain-text table; floats with 4 decimals, None as '-'."""
+
+    def cell(value: object) -> str:
+        if value is None:
+            return "-"
+        return f"{value:.4f}" if isinstance(value, float) else str(value)
+
+    cells = [list(headers)] + [[cell(v) for v in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _interval(bounds: tuple[float, float]) -> str:
+    return f"[{bounds[0]:.4f}, {bounds[1]:.4f}]"
+
+
+def _estimate_table(reports: Sequence[TrajectoryEstimate]) -> str:
+    headers = (
+        "trajectory",
+        "task",
+        "T",
+        "opened",
+        "OR",
+        "IPW",
+        "DR",
+        "CESS",
+        "CESS13",
+        "CESS12",
+        "ESS",
+        "max_w",
+        "theta*",
+        "support interval",
+    )
+    rows = [
+        (
+            r.trajectory_id,
+            r.task_id,
+            r.rounds,
+            r.opened_mean,
+            r.outcome_regression,
+            r.ipw_raw,
+            r.dr_raw,
+            r.cess,
+            r.cess_clip_then_shrink,
+            r.cess_opened_anchor,
+            r.ess,
+            r.max_weight,
+            r.theta_star,
+            None if r.support_interval is None else _interval(r.support_interval),
+        )
+        for r in reports
+    ]
+    return _table(headers, rows)
+
+
+def _run_estimate(args: argparse.Namespace) -> int:
+    try:
+        reports = trajectory_estimates(load_trajectories(args.trajectories), args.lam)
+    except (TrajectoryError, OSError) as exc:
+        print(f"error: {args.trajectories}: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        for report in reports:
+            print(report.model_dump_json())
+    else:
+        print(
+            f"CESS lambda = {args.lam}; CESS = Eq. 9, CESS13 = Eq. 13, CESS12 = Eq. 12; "
+            "point estimates are omitted where the support interval (Eq. 10) applies"
+        )
+        print(_estimate_table(reports))
+    return 0
+
+
+def simulation_text(report: SimulationReport) -> str:
+    """The controlled experiments as readable tables."""
+    ident = _table(
+        ("selection", "stopping", "full", "(se)", "no sel. w", "(se)", "no cont. w", "(se)"),
+        [
+            (
+                r.selection,
+                r.stopping,
+                r.full,
+                r.full_se,
+                r.no_selection_weights,
+                r.no_selection_weights_se,
+                r.no_continuation_weights,
+                r.no_continuation_weights_se,
+            )
+            for r in report.identification
+        ],
+    )
+    rank = _table(
+        ("estimator", "mean pro", "mean anti", "gap", "(se)", "MAE"),
+        [(r.estimator, r.mean_pro, r.mean_anti, r.gap, r.gap_se, r.mae) for r in report.ranking],
+    )
+    s = report.support
+    return "\n".join(
+        [
+            "(a) Identification: bias of the raw sequential DR, 30 documents, K = 6 "
+            f"({report.identification_pools} "
+            f"pools x {report.identification_runs} runs; SE across pools)",
+            ident,
+            "",
+            f"(b) Ranking experiment: 30 documents, K = 4, {report.ranking_pools} paired pools "
+            "(SE across pools)",
+            rank,
+            "",
+            f"(c) Limited support: deterministic selection, 110 documents, K = 4, {s.n_targets} targets",
+            f"reachable share {s.reachable_share:.4f}; interval coverage {s.coverage:.4f}; mean width "
+            f"{s.mean_width:.4f} (se {s.mean_width_se:.2g}); Opened Mean MAE {s.opened_mean_mae:.4f}",
+            "",
+            f"seed {report.seed}; {report.seconds:.1f} s",
+        ]
+    )
+
+
+def _run_simulate(args: argparse.Namespace) -> int:
+    report = simulate(seed=args.seed, pools=args.pools)
+    print(report.model_dump_json() if args.json else simulation_text(report))
+    return 0
+
+
+def bench_text(report: BenchReport) -> str:
+    """The PERSPECTRUM benchmark as readable tables."""
+    methods = _table(
+        ("method", "MAE", "MAE 95% CI", "RMSE", "bias", "S", "S 95% CI", "worst MAE", "dir. err"),
+        [
+            (
+                m.method,
+                m.mae,
+                _interval(m.mae_ci),
+                m.rmse,
+                m.bias,
+                m.sensitivity,
+                _interval(m.sensitivity_ci),
+                m.worst_ranking_mae,
+                m.direction_error,
+            )
+            for m in report.methods
+        ],
+    )
+    paired = _table(
+        ("comparison", "metric", "difference", "95% CI low", "95% CI high"),
+        [(p.comparison, p.metric, p.difference, p.lower, p.upper) for p in report.paired],
+    )
+    by_round = _table(
+        ("round", "Opened Mean", "DR (clipped)", "CESS"),
+        [(r.slice, r.opened_mean, r.dr_clipped, r.cess) for r in report.by_round],
+    )
+    by_config = _table(
+        ("controller/stopping", "Opened Mean", "DR (clipped)", "CESS"),
+        [(r.slice, r.opened_mean, r.dr_clipped, r.cess) for r in report.by_config],
+    )
+    w = report.weights
+    return "\n".join(
+        [
+            f"PERSPECTRUM ({report.documents}): {report.n_tuning_claims} tuning claims "
+            f"({report.n_tuning_runs} runs), "
+            f"{report.n_eval_claims} test claims ({report.n_eval_runs} runs)",
+            f"tuning mean {report.tuning_mean:.4f}; ridge alpha {report.ridge_alpha:g}; "
+            f"lambda {report.lam:g} "
+            f"({report.settings.variant}, m = {report.settings.outcome})",
+            methods,
+            "",
+            "Paired differences (question-level cluster bootstrap)",
+            paired,
+            "",
+            "MAE after each round",
+            by_round,
+            "",
+            "MAE by controller and stopping",
+            by_config,
+            "",
+            f"weights: median ESS {w.median_ess:.2f}, 5th pct ESS {w.p05_ess:.2f}, 95th pct max weight "
+            f"{w.p95_max_weight:.2f}, min p*s {w.min_p_times_s:.2g}, "
+            f"raw DR outside [-1,1] {w.share_dr_outside_range:.2%}",
+            f"{report.seconds:.1f} s",
+        ]
+    )
+
+
+def _run_bench_perspectrum(args: argparse.Namespace) -> int:
+    try:
+        data = load_perspectrum(args.data, min_docs=args.min_docs, documents=args.documents)
+    except (OSError, ValueError) as exc:
+        print(f"error: {args.data}: {exc}", file=sys.stderr)
+        return 2
+    if not data.tuning or not data.evaluation:
+        print(
+            f"error: {args.data}: no eligible tuning or test claims (--min-docs {args.min_docs})",
+            file=sys.stderr,
+        )
+        return 2
+    settings = BenchSettings(
+        search=SearchSettings(seeds=args.seeds, budget=args.budget),
+        outcome=args.outcome,
+        variant=args.variant,
+        n_resamples=args.resamples,
+    )
+    report = run_bench(data, settings)
+    print(report.model_dump_json() if args.json else bench_text(report))
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add `cess estimate`, `cess simulate` and `cess bench perspectrum`."""
+    cess = sub.add_parser("cess", help="CESS candidate-pool estimates (estimate, simulate, bench)")
+    commands = cess.add_subparsers(dest="cess_command", required=True)
+
+    est = commands.add_parser("estimate", help="pool estimates for logged trajectories (JSON Lines)")
+    est.add_argument(
+        "--trajectories", type=Path, required=True, help="JSON Lines file, one trajectory per line"
+    )
+    est.add_argument(
+        "--lambda", dest="lam", type=_unit_interval, default=0.5, help="shrinkage coefficient (0.5)"
+    )
+    est.add_argument("--json", action="store_true", help="one JSON object per trajectory and line")
+    est.set_defaults(func=_run_estimate)
+
+    sim = commands.add_parser("simulate", help="the paper's controlled experiments on simulated pools")
+    sim.add_argument("--json", action="store_true", help="print one JSON object")
+    sim.add_argument("--seed", type=int, default=0, help="master seed (0)")
+    sim.add_argument(
+        "--pools",
+        type=_positive_int,
+        default=None,
+        help="pools per experiment (default: 500 x 12 runs, 8000, 16000 as in the paper)",
+    )
+    sim.set_defaults(func=_run_simulate)
+
+    bench = commands.add_parser("bench", help="benchmarks on real data")
+    benches = bench.add_subparsers(dest="bench_name", required=True)
+    pp = benches.add_parser("perspectrum", help="PERSPECTRUM v1.0 with non-LLM controllers")
+    pp.add_argument("--data", type=Path, required=True, help="directory of the PERSPECTRUM v1.0 release")
+    pp.add_argument("--json", action="store_true", help="print one JSON object")
+    pp.add_argument("--seeds", type=_positive_int, default=3, help="paired replicates per design cell (3)")
+    pp.add_argument("--budget", type=_positive_int, default=10, help="maximum rounds K (10)")
+    pp.add_argument(
+        "--outcome", choices=("ridge", "mean"), default="ridge", help="outcome model m for DR/CESS"
+    )
+    pp.add_argument(
+        "--variant",
+        choices=("clip_then_shrink", "shrink_then_clip", "opened_anchor"),
+        default="clip_then_shrink",
+        help="CESS formula: Eq. 13 (default), Eq. 9, Eq. 12",
+    )
+    pp.add_argument(
+        "--resamples", type=_positive_int, default=10_000, help="cluster-bootstrap resamples (10000)"
+    )
+    pp.add_argument("--min-docs", type=_positive_int, default=10, help="minimum pool size per claim (10)")
+    pp.add_argument(
+        "--documents",
+        choices=("auto", "perspectives", "evidence"),
+        default="auto",
+        help="candidate documents (auto: evidence paragraphs if evidence_pool_v1.0.json exists)",
+    )
+    pp.set_defaults(func=_run_bench_perspectrum)

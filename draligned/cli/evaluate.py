@@ -1,0 +1,161 @@
+"""`draligned read`, `states`, `agreement` and `review export|import`: the evaluator commands."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from draligned.archive.index import rebuild_index
+from draligned.archive.store import Archive, ArchiveError
+from draligned.evaluator.aggregate import STATES
+from draligned.evaluator.agreement import between_evaluators, between_reads
+from draligned.evaluator.config import EvaluatorError, load_evaluator
+from draligned.evaluator.reading import PHASES, ReadSummary, read_archive
+from draligned.evaluator.review import export_sheet, import_answers
+from draligned.evaluator.states import PairCell, document_order, pair_cells, pair_matrix, state_rows
+from draligned.evaluator.storage import ReadStore
+from draligned.models import ModelError
+
+_PHASE_ALIASES = {"requests": "requests", "drafts": "draft", "draft": "draft", "final": "final"}
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    r = sub.add_parser("read", help="read an archive with an evaluator (idempotent, resumable)")
+    r.add_argument("archive")
+    r.add_argument("--evaluator", required=True, help="evaluator TOML file")
+    r.add_argument("--phase", default="requests,drafts,final", help="comma list of requests,drafts,final")
+    r.set_defaults(func=cmd_read)
+    s = sub.add_parser("states", help="directional states from an evaluator's reads")
+    s.add_argument("archive")
+    s.add_argument("--evaluator", required=True, help="evaluator id")
+    s.add_argument("--json", action="store_true", help="one JSON object per (run, phase, document, axis)")
+    s.add_argument("--pairs", action="store_true", help="with --json: one object per pair and document")
+    s.set_defaults(func=cmd_states)
+    a = sub.add_parser("agreement", help="exact agreement and Cohen's kappa per phase")
+    a.add_argument("archive")
+    a.add_argument("--evaluators", required=True, help="A,B (two evaluators) or A (read 1 vs read 2)")
+    a.set_defaults(func=cmd_agreement)
+    v = sub.add_parser("review", help="blinded human review sheets")
+    vs = v.add_subparsers(dest="review_command", required=True)
+    e = vs.add_parser("export", help="write a blinded sheet of document items")
+    e.add_argument("archive")
+    e.add_argument("--evaluator", required=True, help="evaluator id whose states are reviewed")
+    e.add_argument("--out", required=True, help="sheet file (.jsonl or .csv)")
+    e.add_argument("--limit", type=int, default=None, help="at most this many items")
+    e.set_defaults(func=cmd_review_export)
+    i = vs.add_parser("import", help="record reviewers' answers and report agreement")
+    i.add_argument("archive")
+    i.add_argument("--evaluator", required=True, help="evaluator id of the exported sheet")
+    i.add_argument("answers", nargs="+", help="answer files (JSONL or CSV: item_id, reviewer, answer)")
+    i.set_defaults(func=cmd_review_import)
+
+
+def parse_phases(text: str) -> list[str]:
+    """`requests,drafts,final` -> the phase names used in manifests."""
+    try:
+        return [_PHASE_ALIASES[p.strip()] for p in text.split(",") if p.strip()]
+    except KeyError as exc:
+        raise SystemExit(f"unknown phase {exc.args[0]!r}; use requests, drafts, final") from None
+
+
+def run_read(archive: Archive, evaluator_file: str | Path, phases: tuple[str, ...] = PHASES) -> ReadSummary:
+    """Read and reindex; raises EvaluatorError, ArchiveError or ModelError."""
+    summary = asyncio.run(read_archive(archive, load_evaluator(evaluator_file), phases))
+    rebuild_index(archive)
+    return summary
+
+
+def cmd_read(args: argparse.Namespace) -> int:
+    console = Console(stderr=True)
+    try:
+        summary = run_read(Archive(args.archive), args.evaluator, tuple(parse_phases(args.phase)))
+    except (EvaluatorError, ArchiveError, ModelError) as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        return 2
+    print(json.dumps(summary.model_dump(mode="json")))
+    for err in summary.model_errors:
+        console.print(f"[yellow]unread (model error):[/yellow] {err}")
+    return 1 if summary.model_errors else 0
+
+
+def print_pair_matrix(cells: list[PairCell], document: str = "final", title: str | None = None) -> None:
+    """Arm A (rows) × arm B (columns) counts of states for one document role."""
+    counts = pair_matrix(cells, document)
+    used = [s for s in STATES if any(s in k for k in counts)]
+    table = Table(title=title or f"{document} states")
+    table.add_column("P arm \\ Q arm")
+    for s in used:
+        table.add_column(s, justify="right")
+    for a in used:
+        table.add_row(a, *(str(counts.get((a, b), 0) or "") for b in used))
+    Console().print(table)
+
+
+def cmd_states(args: argparse.Namespace) -> int:
+    archive = Archive(args.archive)
+    if not ReadStore(archive, args.evaluator).exists():
+        known = ", ".join(ReadStore.evaluator_ids(archive)) or "none"
+        print(f"error: evaluator {args.evaluator!r} has not read {archive.root} (read by: {known})",
+              file=sys.stderr)
+        return 2
+    rows = state_rows(archive, args.evaluator)
+    if args.json and args.pairs:
+        for cell in pair_cells(archive, rows):
+            print(json.dumps(cell.model_dump(mode="json")))
+        return 0
+    if args.json:
+        for r in rows:
+            d = r.decision
+            print(json.dumps({"evaluator_id": r.evaluator_id, "run_id": r.run_id, "card_id": r.card_id,
+                              "arm": r.arm, "seed": r.seed, "phase": r.phase, "document": r.document,
+                              "axis_id": r.axis_id, "assigned": r.assigned, "state": d.state,
+                              "reason": d.reason, "label": d.label,
+                              "reads": [x.model_dump(mode="json") for x in r.reads]}, ensure_ascii=False))
+        return 0
+    cells = pair_cells(archive, rows)
+    for doc in sorted({c.document for c in cells}, key=document_order):
+        print_pair_matrix(cells, doc)
+    return 0
+
+
+def cmd_agreement(args: argparse.Namespace) -> int:
+    archive = Archive(args.archive)
+    ids = [x.strip() for x in args.evaluators.split(",") if x.strip()]
+    if len(ids) == 1:
+        results = between_reads(ReadStore(archive, ids[0]))
+    elif len(ids) == 2:
+        results = between_evaluators(state_rows(archive, ids[0]), state_rows(archive, ids[1]))
+    else:
+        print("error: --evaluators takes one id (read 1 vs read 2) or two ids", file=sys.stderr)
+        return 2
+    for res in results:
+        print(json.dumps({"raters": ids if len(ids) == 2 else [f"{ids[0]}:read1", f"{ids[0]}:read2"],
+                          **res.model_dump(mode="json")}))
+    return 0
+
+
+def cmd_review_export(args: argparse.Namespace) -> int:
+    archive = Archive(args.archive)
+    out = Path(args.out)
+    fmt = "csv" if out.suffix == ".csv" else "jsonl"
+    text, sheet_id = export_sheet(archive, args.evaluator, state_rows(archive, args.evaluator), fmt, args.limit)
+    out.write_text(text, encoding="utf-8")
+    print(f"sheet {sheet_id}: {out} (key kept under {archive.root / 'reviews' / args.evaluator})")
+    return 0
+
+
+def cmd_review_import(args: argparse.Namespace) -> int:
+    texts = [Path(p).read_text(encoding="utf-8") for p in args.answers]
+    try:
+        report = import_answers(Archive(args.archive), args.evaluator, texts)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(report.model_dump(mode="json")))
+    return 0

@@ -1,0 +1,1 @@
+"""The blinded mirrored evaluator: packets, reads, ingest, aggregation into directional states."""

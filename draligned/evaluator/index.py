@@ -1,0 +1,59 @@
+"""Evaluator tables of the DuckDB index, rebuilt from the read files like the run tables.
+
+Tables: packets (one row per manifest), reads, items (document reads), labels (read labels of
+documents per axis, and request labels), states (one row per run, phase, document, axis).
+"""
+
+from __future__ import annotations
+
+import json
+
+import duckdb
+
+from draligned.archive.index import bulk_insert
+from draligned.archive.store import Archive
+from draligned.evaluator.aggregate import read_label
+from draligned.evaluator.states import state_rows
+from draligned.evaluator.storage import ReadStore
+
+SCHEMA = """
+CREATE TABLE packets (evaluator_id TEXT, packet_id TEXT, run_id TEXT, phase TEXT, document TEXT,
+  chunk INTEGER, read INTEGER, alpha_is_p BOOLEAN, kind TEXT, template_sha256 TEXT, blocked TEXT);
+CREATE TABLE reads (evaluator_id TEXT, packet_id TEXT, status TEXT, error TEXT,
+  raw_response_blob TEXT, text_blob TEXT, output_tokens BIGINT);
+CREATE TABLE items (evaluator_id TEXT, packet_id TEXT, seq INTEGER, axis_id TEXT, kind TEXT,
+  status TEXT, side TEXT, source_ids TEXT, entity_key TEXT, condition_status TEXT);
+CREATE TABLE labels (evaluator_id TEXT, packet_id TEXT, axis_id TEXT, request_id TEXT, label TEXT,
+  basis TEXT, p INTEGER, q INTEGER, neither INTEGER);
+CREATE TABLE states (evaluator_id TEXT, run_id TEXT, card_id TEXT, arm TEXT, seed INTEGER,
+  phase TEXT, document TEXT, axis_id TEXT, assigned TEXT, state TEXT, reason TEXT, label TEXT);
+"""
+
+
+def add_evaluator_tables(con: duckdb.DuckDBPyConnection, archive: Archive) -> None:
+    """Create and fill the evaluator tables for every evaluator that has read the archive."""
+    con.execute(SCHEMA)
+    for eid in ReadStore.evaluator_ids(archive):
+        store = ReadStore(archive, eid)
+        manifests = store.manifests()
+        reads = store.reads()
+        axes = {m.packet_id: m.axes for m in manifests}
+        bulk_insert(con, "packets", [(eid, m.packet_id, m.run_id, m.phase, m.document, m.chunk, m.read,
+                                  m.alpha_is_p, m.kind, m.template_sha256, json.dumps(m.blocked) if m.blocked else None)
+                                 for m in manifests])
+        bulk_insert(con, "reads", [(eid, r.packet_id, r.status, r.error, r.raw_response_blob, r.text_blob,
+                                r.usage.output_tokens) for r in reads.values()])
+        bulk_insert(con, "items", [(eid, r.packet_id, n, i.axis_id, i.kind, i.status, i.side,
+                                json.dumps(i.source_ids), i.entity_key, i.condition_status)
+                               for r in reads.values() for n, i in enumerate(r.items)])
+        labels = [(eid, r.packet_id, lab.axis_id, lab.request_id, lab.side, None, None, None, None)
+                  for r in reads.values() for lab in r.labels]
+        for r in reads.values():
+            if r.status == "OK" and not r.labels:
+                for axis in axes.get(r.packet_id, []):
+                    rl = read_label(r.items, axis)
+                    labels.append((eid, r.packet_id, axis, None, rl.label, rl.basis, rl.p, rl.q, rl.neither))
+        bulk_insert(con, "labels", labels)
+        bulk_insert(con, "states", [(eid, s.run_id, s.card_id, s.arm, s.seed, s.phase, s.document, s.axis_id,
+                                 s.assigned, s.decision.state, s.decision.reason, s.decision.label)
+                                for s in state_rows(archive, eid)])

@@ -1,0 +1,107 @@
+"""Ingest: a raw evaluator response becomes a parsed read or READ_FAILED (paper Tables 14, 15).
+
+The response text must be one JSON object valid under the evaluator's schema, and pass the
+cross-checks the schema cannot express: paragraph ids exist in the packet, axis ids are factors of
+the packet, and a request read gives exactly one label per request and factor. There is no
+repair of any kind: a response that fails stays failed, with its raw text kept.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+import jsonschema
+from pydantic import BaseModel, ConfigDict
+
+from draligned.evaluator.aggregate import AxisItem, RestoredSide
+from draligned.evaluator.orientation import restore
+from draligned.evaluator.packets import Manifest
+
+
+class ExtractedItem(AxisItem):
+    """One document item as ingested, side restored to P/Q; the other fields are kept, not used."""
+
+    source_ids: list[str]
+    """Paragraph ids the item is read from (checked to exist)."""
+    entity_key: str
+    """Short name of what is recommended."""
+    condition_status: Literal["EXPLICIT_NONE", "EXPLICIT_CONDITION", "UNDETERMINED"]
+    """Whether the advice is conditional."""
+    condition: str | None = None
+    """Free text, not used by the aggregation."""
+    exception: str | None = None
+    """Free text, not used by the aggregation."""
+    explicit_priority: str | None = None
+    """Free text, not used by the aggregation."""
+    actual_time_or_budget: str | None = None
+    """Free text, not used by the aggregation."""
+
+
+class RequestLabel(BaseModel):
+    """One request's label on one factor, restored to P/Q."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    request_id: str
+    """Request id in the packet (r001, ...)."""
+    axis_id: str
+    """Factor id."""
+    side: RestoredSide
+    """P_SIDE, Q_SIDE, BOTH, NEITHER or UNKNOWN."""
+
+
+class Ingested(BaseModel):
+    """The outcome of ingesting one response: items or labels, or the reason it failed."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    ok: bool
+    """False means READ_FAILED: the read stays missing."""
+    error: str | None = None
+    """Why the response failed ingest."""
+    items: list[ExtractedItem] = []
+    """Document reads: the items, sides restored."""
+    labels: list[RequestLabel] = []
+    """Request reads: one label per request and factor, sides restored."""
+
+
+def _cross_check(data: dict[str, Any], manifest: Manifest) -> str | None:
+    """Cross-references against the packet; None when all hold."""
+    axes, units = set(manifest.axes), set(manifest.unit_ids)
+    rows = data["items"] if manifest.kind == "document" else data["labels"]
+    for n, row in enumerate(rows):
+        if row["axis_id"] not in axes:
+            return f"entry {n}: unknown axis_id {row['axis_id']!r}"
+        ids = row["source_ids"] if manifest.kind == "document" else [row["request_id"]]
+        if unknown := [i for i in ids if i not in units]:
+            return f"entry {n}: unknown {'paragraph' if manifest.kind == 'document' else 'request'} id {unknown[0]!r}"
+    if manifest.kind == "requests":
+        given = [(r["request_id"], r["axis_id"]) for r in rows]
+        wanted = {(u, a) for u in manifest.unit_ids for a in manifest.axes}
+        if len(given) != len(set(given)) or set(given) != wanted:
+            return f"expected exactly one label per request and factor ({len(wanted)}), got {len(given)}"
+    return None
+
+
+def ingest(text: str | None, manifest: Manifest, schema: dict[str, Any]) -> Ingested:
+    """Parse, schema-check and cross-check a response; restore sides with the manifest's orientation."""
+    if not text:
+        return Ingested(ok=False, error="empty response")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return Ingested(ok=False, error=f"not JSON: {exc}")
+    try:
+        jsonschema.validate(data, schema)
+    except jsonschema.ValidationError as exc:
+        path = "/".join(str(p) for p in exc.absolute_path)
+        return Ingested(ok=False, error=f"schema: {path or '(root)'}: {exc.message}")
+    if error := _cross_check(data, manifest):
+        return Ingested(ok=False, error=error)
+    if manifest.kind == "requests":
+        return Ingested(ok=True, labels=[
+            RequestLabel(request_id=r["request_id"], axis_id=r["axis_id"],
+                         side=restore(r["label"], manifest.alpha_is_p)) for r in data["labels"]])
+    return Ingested(ok=True, items=[
+        ExtractedItem(**{**i, "side": restore(i["side"], manifest.alpha_is_p)}) for i in data["items"]])

@@ -1,0 +1,140 @@
+"""Re-reading an archive: build packets from verified blobs, read each once, archive, ingest.
+
+Idempotent and resumable: a packet that already has a read record for this evaluator is never
+sent again (a failed read included: no choosing between attempts, Table 15). A raw response is
+stored as a blob before it is parsed. Model errors (no response at all) leave the packet unread,
+so the next invocation tries it again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from collections.abc import Iterable
+
+from pydantic import BaseModel, ConfigDict
+
+from draligned.archive.store import Archive, ArchiveError
+from draligned.cards import Card
+from draligned.evaluator.config import Evaluator
+from draligned.evaluator.ingest import ingest
+from draligned.evaluator.packets import (
+    Packet,
+    Phase,
+    build_packets,
+    document_units,
+    forbidden_strings,
+    request_units,
+)
+from draligned.evaluator.storage import ReadRecord, ReadStore
+from draligned.models.base import ModelAPI, get_model
+from draligned.records import Message, RunRecord
+
+PHASES: tuple[Phase, ...] = ("requests", "draft", "final")
+
+
+class ReadSummary(BaseModel):
+    """What one ``draligned read`` did."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    packets: int = 0
+    """Packets built (two per unit; identical prompts of different runs count once per run)."""
+    blocked: int = 0
+    """Packets not sent because they would leak (fail closed)."""
+    already_read: int = 0
+    """Packets skipped because this evaluator had read them before."""
+    read_ok: int = 0
+    """Distinct packets read now and ingested."""
+    read_failed: int = 0
+    """Packets read now whose response failed ingest (READ_FAILED)."""
+    model_errors: list[str] = []
+    """Packets left unread because the model call raised (tried again next time)."""
+
+
+def pair_key(record: RunRecord) -> tuple:
+    """Runs that differ only by arm share this key (same study, card, model, harness, seed)."""
+    s = record.slot
+    return (s.study, s.card_id, s.model, s.harness, s.seed)
+
+
+def load_card(archive: Archive, record: RunRecord) -> Card:
+    """The run's card from the archived card file (hash-verified)."""
+    return Card.model_validate_json(archive.get_text(record.slot.card_sha256))
+
+
+def _verified(record: RunRecord) -> RunRecord:
+    if record.sealed().record_sha256 != record.record_sha256:
+        raise ArchiveError(f"run {record.run_id}: record_sha256 does not match its contents")
+    return record
+
+
+def collect_packets(archive: Archive, evaluator: Evaluator, phases: Iterable[Phase] = PHASES) -> list[Packet]:
+    """Every packet of the archive's finished runs for the given phases, built from verified blobs."""
+    phases = set(phases)
+    records = [_verified(r) for r in archive.records()]
+    groups: dict[tuple, list[str]] = defaultdict(list)
+    for r in records:
+        groups[pair_key(r)].append(r.run_id)
+    packets: list[Packet] = []
+    for record in records:
+        card = load_card(archive, record)
+        units = request_units(record, len(card.factors)) if "requests" in phases else []
+        units += [u for u in document_units(record, archive.get_text) if u.phase in phases]
+        paired = [rid for rid in groups[pair_key(record)] if rid != record.run_id]
+        forbidden = forbidden_strings(record, card, archive.get_text(record.user_message_blob), paired)
+        packets += build_packets(evaluator, card, record, units, forbidden)
+    return packets
+
+
+async def _read_one(model: ModelAPI, evaluator: Evaluator, store: ReadStore, packet: Packet) -> ReadRecord:
+    m = packet.manifest
+    reply = await model.generate([Message(role="user", content=packet.prompt)], [], int(m.packet_id[:8], 16))
+    raw_blob = store.archive.put_blob(reply.raw_response)  # archived before anything is parsed
+    text_blob = store.archive.put_blob(reply.text or "")
+    outcome = ingest(reply.text, m, evaluator.schemas[m.kind])
+    record = ReadRecord(
+        packet_id=m.packet_id, evaluator_id=evaluator.evaluator_id,
+        status="OK" if outcome.ok else "READ_FAILED", error=outcome.error,
+        raw_response_blob=raw_blob, text_blob=text_blob, model_echo=reply.model_echo,
+        finish_reason=reply.finish_reason, usage=reply.usage, file_sha256=evaluator.file_sha256,
+        items=outcome.items, labels=outcome.labels)
+    store.put_read(record)
+    return record
+
+
+async def read_archive(archive: Archive, evaluator: Evaluator, phases: Iterable[Phase] = PHASES,
+                       model: ModelAPI | None = None) -> ReadSummary:
+    """Build, store and read every packet not yet read by this evaluator, concurrently."""
+    packets = collect_packets(archive, evaluator, phases)  # verifies every blob before anything is written
+    store = ReadStore(archive, evaluator.evaluator_id)
+    store.write_snapshot(evaluator.snapshot())
+    summary = ReadSummary(packets=len(packets))
+    todo: dict[str, Packet] = {}
+    for p in packets:
+        store.put_packet(p.manifest, p.prompt)
+        if p.manifest.blocked:
+            summary.blocked += 1
+        elif store.has_read(p.manifest.packet_id):
+            summary.already_read += 1
+        else:
+            todo.setdefault(p.manifest.packet_id, p)  # identical prompts are read once
+    if not todo:
+        return summary
+    model = model or get_model(evaluator.declaration())
+    sem = asyncio.Semaphore(evaluator.spec.concurrency)
+
+    async def guarded(p: Packet) -> None:
+        async with sem:
+            try:
+                rec = await _read_one(model, evaluator, store, p)
+            except Exception as exc:  # noqa: BLE001 - no response: leave unread, report
+                summary.model_errors.append(f"{p.manifest.packet_id[:12]}: {type(exc).__name__}: {exc}")
+                return
+        if rec.status == "OK":
+            summary.read_ok += 1
+        else:
+            summary.read_failed += 1
+
+    await asyncio.gather(*(guarded(p) for p in todo.values()))
+    return summary

@@ -1,0 +1,130 @@
+"""What the real providers share: key, client, connection limit, retries, timing, errors.
+
+A protocol subclass says only how to build its wire body, how to post it with its SDK
+(returning the exact bytes sent and the raw reply text) and how to read a reply body.
+Everything else — the key from the environment, ``max_retries=0`` clients, the per-model
+connection limit shared by all runs, tenacity retries with recorded attempts, failing
+fast with the model named and the key never shown — lives here once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from abc import abstractmethod
+from typing import Any
+
+from draligned.models.base import ModelAPI, ModelDeclaration, ModelError
+from draligned.models.retry import Failure, GaveUp, call_with_retries, status_failure
+from draligned.records import Message, ModelReply, ToolSpec
+
+#: Sent as the key when a model declares no ``api_key_env`` (local servers that need none).
+NO_KEY = "no-key"
+
+
+class RemoteModel(ModelAPI):
+    """Base of the SDK-backed protocols (see module docstring)."""
+
+    #: The SDK module (``openai`` or ``anthropic``); its error classes are shared by name.
+    sdk: Any
+
+    def __init__(self, declaration: ModelDeclaration) -> None:
+        super().__init__(declaration)
+        self._client: Any = None
+        self._key: str | None = None
+        self._gate = asyncio.Semaphore(declaration.retry.max_connections)
+
+    # ------------------------------------------------------------------ protocol hooks
+    @abstractmethod
+    def build_body(self, messages: list[Message], tools: list[ToolSpec]) -> dict[str, Any]:
+        """The JSON body to send: model, context, tools and mapped request fields."""
+
+    @abstractmethod
+    def make_client(self, api_key: str) -> Any:
+        """An async SDK client with ``max_retries=0``."""
+
+    @abstractmethod
+    async def post(self, client: Any, body: dict[str, Any], timeout: float) -> tuple[bytes, str]:
+        """Send ``body`` once; return (request bytes as sent, raw response text)."""
+
+    @abstractmethod
+    def read_reply(self, data: dict[str, Any]) -> dict[str, Any]:
+        """ModelReply fields (text, tool_calls, finish_reason, refusal, usage, model_echo, anomalies)."""
+
+    # ------------------------------------------------------------------ shared machinery
+    @property
+    def label(self) -> str:
+        """How errors name this model: declaration name, requested id and endpoint."""
+        d = self.declaration
+        return f"model {d.name!r} ({d.protocol} {d.model}{' at ' + d.base_url if d.base_url else ''})"
+
+    def api_key(self) -> str:
+        """The key from the declared environment variable; a clear error naming it when unset."""
+        env = self.declaration.api_key_env
+        if env is None:
+            return NO_KEY
+        key = os.environ.get(env)
+        if not key:
+            raise ModelError(f"{self.label}: environment variable {env} (api_key_env) is not set; "
+                             f"it must hold the API key")
+        return key
+
+    def check_ready(self) -> None:
+        self.api_key()
+
+    def redact(self, text: str) -> str:
+        """``text`` with the key (if one is in use) replaced, so it can be recorded or shown."""
+        return text.replace(self._key, "[redacted]") if self._key and self._key != NO_KEY else text
+
+    def classify(self, exc: BaseException) -> Failure | None:
+        """Map an SDK error to a Failure; None for anything else (a bug: it propagates)."""
+        sdk = self.sdk
+        if isinstance(exc, sdk.APITimeoutError):
+            return Failure(True, type(exc).__name__, None, "request timed out")
+        if isinstance(exc, sdk.APIConnectionError):
+            return Failure(True, type(exc).__name__, None, self.redact(f"connection error: {exc}"))
+        if isinstance(exc, sdk.APIStatusError):
+            return status_failure(type(exc).__name__, exc.status_code, self.redact(str(exc)),
+                                  exc.response.headers)
+        return None
+
+    async def _attempt(self, body: dict[str, Any]) -> tuple[bytes, str]:
+        async with self._gate:
+            return await self.post(self._client, body, self.declaration.retry.timeout_s)
+
+    async def generate(self, messages: list[Message], tools: list[ToolSpec], seed: int) -> ModelReply:
+        """One model call: build the body, send it with retries, read the reply.
+
+        ``seed`` is not sent (most APIs ignore or reject it); the replay cache keys on it.
+        """
+        if self._client is None:
+            self._key = self.api_key()
+            self._client = self.make_client(self._key)
+        body = self.build_body(messages, tools)
+        started = time.perf_counter()
+        try:
+            (sent, raw), attempts = await call_with_retries(
+                lambda: self._attempt(body), self.classify, self.declaration.retry)
+        except GaveUp as exc:
+            f = exc.failure
+            how = "failed fast (not retried)" if not f.retryable else f"gave up after {len(exc.attempts)} attempt(s)"
+            status = f"HTTP {f.status_code} " if f.status_code else ""
+            hint = (" — check base_url: the host root for anthropic, including /v1 for openai"
+                    if f.status_code == 404 else "")
+            raise ModelError(f"{self.label}: {status}{f.error}: {f.message} ({how}){hint}", exc.attempts) from None
+        latency = time.perf_counter() - started
+        echoed, raw = self.redact(raw) != raw, self.redact(raw)  # a key echoed back is never archived
+        try:
+            data = json.loads(raw)
+            if not isinstance(data, dict):
+                raise ValueError(f"JSON {type(data).__name__}, not an object")
+        except ValueError as exc:
+            raise ModelError(f"{self.label}: unreadable reply body ({exc}): {raw[:200]!r}",
+                             attempts) from None
+        fields = self.read_reply(data)
+        if echoed:
+            fields["anomalies"].append("the reply contained the API key; it was redacted before archiving")
+        return ModelReply(**fields, request_body=json.loads(sent), raw_response=raw, latency_s=latency,
+                          attempts=attempts)

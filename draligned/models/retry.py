@@ -1,0 +1,147 @@
+"""Bounded, visible retries for real model calls (tenacity drives them; SDK retries are off).
+
+Every failed attempt becomes a ``ModelAttempt`` (error class, status, wait) that the run
+record keeps. 429, 5xx, timeouts and connection errors are retried with exponential
+backoff and jitter, honouring ``Retry-After``, within a bound on attempts and on total
+time; any other error fails at once. Retries resend the same body: the agent never sees them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import email.utils
+from dataclasses import dataclass
+from typing import Awaitable, Callable, Mapping, TypeVar
+
+import tenacity
+from pydantic import BaseModel, ConfigDict
+
+from draligned.records import ModelAttempt
+
+T = TypeVar("T")
+
+#: The sleep between attempts; tests replace it to make waits instant (recorded waits are unchanged).
+SLEEP: Callable[[float], Awaitable[None]] = asyncio.sleep
+
+RETRYABLE_STATUS = frozenset({408, 409, 429})
+
+
+class RetryPolicy(BaseModel):
+    """The ``retry`` table of a model declaration (transport only: not part of any hash)."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    max_attempts: int = 6
+    """Attempts per model call, the first included."""
+    max_total_s: float = 1800.0
+    """No attempt starts after this many seconds since the first one began."""
+    initial_wait_s: float = 2.0
+    """First backoff wait; it doubles per attempt, plus up to this much random jitter."""
+    max_wait_s: float = 120.0
+    """Cap on a backoff wait (a longer ``Retry-After`` from the server is still honoured)."""
+    timeout_s: float = 900.0
+    """Per-attempt request timeout in seconds."""
+    max_connections: int = 8
+    """Requests in flight to this model at once, shared by all runs of a study."""
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A classified failed attempt."""
+
+    retryable: bool
+    error: str
+    status_code: int | None
+    message: str
+    retry_after: float | None = None
+
+
+class AttemptFailed(Exception):
+    """Raised inside the retry loop for a classified failure."""
+
+    def __init__(self, failure: Failure) -> None:
+        super().__init__(failure.message)
+        self.failure = failure
+
+
+class GaveUp(Exception):
+    """The retry loop ended without a reply."""
+
+    def __init__(self, failure: Failure, attempts: list[ModelAttempt]) -> None:
+        super().__init__(failure.message)
+        self.failure = failure
+        self.attempts = attempts
+
+
+def status_failure(error: str, status: int, message: str, headers: Mapping[str, str]) -> Failure:
+    """Classify an HTTP error status: 408/409/429/5xx are retried, the rest fail fast."""
+    retryable = status in RETRYABLE_STATUS or status >= 500
+    return Failure(retryable, error, status, message, retry_after(headers) if retryable else None)
+
+
+def retry_after(headers: Mapping[str, str]) -> float | None:
+    """Seconds the server asked to wait (``retry-after-ms``, ``retry-after`` seconds or HTTP date)."""
+    try:
+        if (ms := headers.get("retry-after-ms")) is not None:
+            return max(float(ms) / 1000, 0.0)
+        value = headers.get("retry-after")
+        if value is None:
+            return None
+        try:
+            return max(float(value), 0.0)
+        except ValueError:
+            when = email.utils.parsedate_to_datetime(value)
+            return max((when - dt.datetime.now(dt.timezone.utc)).total_seconds(), 0.0)
+    except (TypeError, ValueError):
+        return None
+
+
+async def call_with_retries(
+    attempt_once: Callable[[], Awaitable[T]],
+    classify: Callable[[BaseException], Failure | None],
+    policy: RetryPolicy,
+) -> tuple[T, list[ModelAttempt]]:
+    """Run ``attempt_once`` until it succeeds or the policy gives up.
+
+    ``classify`` maps an exception to a ``Failure`` (None: not a transport failure; it
+    propagates unchanged). Returns (result, failed attempts); on giving up raises
+    ``GaveUp`` carrying the failed attempts and the last failure.
+    """
+    attempts: list[ModelAttempt] = []
+
+    async def once() -> T:
+        try:
+            return await attempt_once()
+        except Exception as exc:
+            failure = classify(exc)
+            if failure is None:
+                raise
+            attempts.append(ModelAttempt(attempt=len(attempts) + 1, error=failure.error,
+                                         status_code=failure.status_code, detail=failure.message[:500]))
+            raise AttemptFailed(failure) from exc
+
+    backoff = tenacity.wait_exponential_jitter(multiplier=policy.initial_wait_s, max=policy.max_wait_s,
+                                               jitter=policy.initial_wait_s)
+
+    def wait(state: tenacity.RetryCallState) -> float:
+        exc = state.outcome.exception() if state.outcome else None
+        asked = exc.failure.retry_after if isinstance(exc, AttemptFailed) else None
+        return max(backoff(state), asked or 0.0)
+
+    def record_wait(state: tenacity.RetryCallState) -> None:
+        attempts[-1] = attempts[-1].model_copy(update={"wait_s": round(state.upcoming_sleep, 3)})
+
+    retrying = tenacity.AsyncRetrying(
+        sleep=lambda s: SLEEP(s),
+        stop=tenacity.stop_after_attempt(policy.max_attempts) | tenacity.stop_before_delay(policy.max_total_s),
+        wait=wait,
+        retry=tenacity.retry_if_exception(lambda e: isinstance(e, AttemptFailed) and e.failure.retryable),
+        before_sleep=record_wait,
+        reraise=True,
+    )
+    try:
+        result = await retrying(once)
+    except AttemptFailed as exc:
+        raise GaveUp(exc.failure, attempts) from exc
+    return result, attempts
