@@ -6,7 +6,7 @@ import argparse
 import importlib
 
 # Each module defines ``register(subparsers)`` and sets ``func`` on its parsers.
-_COMMAND_MODULES = ("cards", "run", "archive")
+_COMMAND_MODULES = ("cards", "run", "archive", "report")
 
 
 def build_parser() -> argparse.ArgumentParser:

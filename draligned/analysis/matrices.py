@@ -1,0 +1,68 @@
+"""Pair matrices (paper Figure 2, Table 22): arm a state x arm b state counts per phase.
+
+For each pair the two arms' states on the changed factor are crossed. Summary shares use all
+pairs of the group as denominator: both OWN (the conditions are distinguished), identical
+states (coincide), either UNKNOWN, either absent (NO_RUN, NOT_READ, NO_DOCUMENT, MISSING).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+
+from draligned.analysis.pairs import Pair, StateIndex
+from draligned.analysis.plan import Plan
+from draligned.analysis.rows import ABSENT
+from draligned.analysis.table import Table, share
+
+GROUPINGS = ("all", "card", "model", "harness")
+
+
+def _groups(pair: Pair) -> Iterator[tuple[str, str]]:
+    yield "all", "all"
+    yield "card", pair.card_id
+    yield "model", pair.model
+    yield "harness", pair.harness
+
+
+def pair_states(pairs: list[Pair], index: StateIndex, phase: str) -> list[tuple[Pair, str, str]]:
+    """(pair, state of arm a, state of arm b) at a phase."""
+    return [(p, index.state(p.run_a, phase, p.axis), index.state(p.run_b, phase, p.axis)) for p in pairs]
+
+
+def pair_matrices(pairs: list[Pair], indexes: dict[str, StateIndex], plan: Plan) -> tuple[Table, Table]:
+    """The long count table and the summary shares, per evaluator, phase, comparison and group."""
+    counts: Counter[tuple] = Counter()
+    totals: dict[tuple, Counter[str]] = {}
+    for evaluator, index in indexes.items():
+        for phase in plan.phases:
+            for pair, a, b in pair_states(pairs, index, phase):
+                for group_by, group in _groups(pair):
+                    key = (evaluator, phase, pair.comparison, group_by, group)
+                    counts[key + (a, b)] += 1
+                    t = totals.setdefault(key, Counter())
+                    t["pairs"] += 1
+                    t["both_own"] += a == b == "OWN"
+                    t["coincide"] += a == b
+                    t["either_unknown"] += "UNKNOWN" in (a, b)
+                    t["either_absent"] += a in ABSENT or b in ABSENT
+    keys = ["evaluator", "phase", "comparison", "group_by", "group"]
+    long = Table(
+        name="pair_matrix", title="Pair matrices: arm a state x arm b state",
+        note="One row per non-empty cell. Denominator of a matrix: all pairs of its evaluator, phase, "
+             "comparison and group (including pairs with an absent arm).",
+        columns=keys + ["state_a", "state_b", "pairs"],
+        rows=[list(k) + [n] for k, n in sorted(counts.items())],
+        computed_by="draligned.analysis.matrices.pair_matrices")
+    summary = Table(
+        name="pair_summary", title="Pair matrices: distinguished, coinciding, unknown, absent",
+        note="Denominator: pairs in the group. both_own = both arms OWN (conditions distinguished); "
+             "coincide = identical states; either_unknown = at least one UNKNOWN; either_absent = at least "
+             "one of NO_RUN, NOT_READ, NO_DOCUMENT, MISSING.",
+        columns=keys + ["pairs", "both_own", "both_own_share", "coincide", "coincide_share",
+                        "either_unknown", "either_unknown_share", "either_absent", "either_absent_share"],
+        rows=[list(k) + [t["pairs"]] + [v for c in ("both_own", "coincide", "either_unknown", "either_absent")
+                                        for v in (t[c], share(t[c], t["pairs"]))]
+              for k, t in sorted(totals.items())],
+        computed_by="draligned.analysis.matrices.pair_matrices")
+    return long, summary
