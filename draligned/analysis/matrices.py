@@ -46,13 +46,28 @@ def pair_matrices(pairs: list[Pair], indexes: dict[str, StateIndex], plan: Plan)
                     t["coincide"] += a == b
                     t["either_unknown"] += "UNKNOWN" in (a, b)
                     t["either_absent"] += a in ABSENT or b in ABSENT
+    order = {e: i for i, e in enumerate(indexes)}
+    main = next(iter(indexes), None)
+
+    def sort_key(item: tuple[tuple, object]) -> tuple:
+        return (order[item[0][0]], plan.phases.index(item[0][1])) + item[0][2:]
+
+    def headline(row: list) -> bool:
+        return row[0] == main and row[3] == "all" and row[2] in plan.comparisons.primary
+
     keys = ["evaluator", "phase", "comparison", "group_by", "group"]
+    long_rows = [list(k) + [n] for k, n in sorted(counts.items(), key=sort_key)]
+    summary_rows = [list(k) + [t["pairs"]] + [v for c in ("both_own", "coincide", "either_unknown", "either_absent")
+                                              for v in (t[c], share(t[c], t["pairs"]))]
+                    for k, t in sorted(totals.items(), key=sort_key)]
+    view_note = (f"shown: evaluator {main}, all groups pooled, primary comparisons "
+                 f"{', '.join(plan.comparisons.primary)}; per card, model, harness and evaluator in the CSV")
     long = Table(
         name="pair_matrix", title="Pair matrices: arm a state x arm b state",
         note="One row per non-empty cell. Denominator of a matrix: all pairs of its evaluator, phase, "
              "comparison and group (including pairs with an absent arm).",
         columns=keys + ["state_a", "state_b", "pairs"],
-        rows=[list(k) + [n] for k, n in sorted(counts.items())],
+        rows=long_rows, view=[i for i, r in enumerate(long_rows) if headline(r)], view_note=view_note,
         computed_by="draligned.analysis.matrices.pair_matrices")
     summary = Table(
         name="pair_summary", title="Pair matrices: distinguished, coinciding, unknown, absent",
@@ -61,8 +76,6 @@ def pair_matrices(pairs: list[Pair], indexes: dict[str, StateIndex], plan: Plan)
              "one of NO_RUN, NOT_READ, NO_DOCUMENT, MISSING.",
         columns=keys + ["pairs", "both_own", "both_own_share", "coincide", "coincide_share",
                         "either_unknown", "either_unknown_share", "either_absent", "either_absent_share"],
-        rows=[list(k) + [t["pairs"]] + [v for c in ("both_own", "coincide", "either_unknown", "either_absent")
-                                        for v in (t[c], share(t[c], t["pairs"]))]
-              for k, t in sorted(totals.items())],
+        rows=summary_rows, view=[i for i, r in enumerate(summary_rows) if headline(r)], view_note=view_note,
         computed_by="draligned.analysis.matrices.pair_matrices")
     return long, summary

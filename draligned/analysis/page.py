@@ -27,7 +27,8 @@ main { max-width:1180px; margin:0 auto; padding:24px 40px 60px; }
 section { background:#fff; border:1px solid var(--line); border-radius:12px; padding:18px 24px 10px; margin:0 0 22px; }
 section h2 { margin:0 0 4px; font-size:19px; } section > p.intro { color:var(--muted); margin:0 0 12px; }
 .notice { background:#fff7e0; border-left:4px solid #e9c46a; padding:10px 14px; margin:8px 0 14px; border-radius:4px; }
-figure { margin:10px 0 18px; } figure img { max-width:100%; border:1px solid var(--line); border-radius:6px; }
+.figs { display:flex; flex-wrap:wrap; gap:16px; align-items:flex-start; margin:10px 0 14px; }
+figure { margin:0; } figure img { max-width:100%; border:1px solid var(--line); border-radius:6px; }
 h3 { font-size:15px; margin:18px 0 2px; } .note { color:var(--muted); font-size:12.5px; margin:0 0 6px; }
 .scroll { overflow-x:auto; }
 table { border-collapse:collapse; font-size:12.5px; margin:4px 0; }
@@ -54,11 +55,12 @@ def _table(t: Table, stamp: str, shown: int) -> str:
     if not t.rows:
         parts.append(f'<p class="empty">Empty: {html.escape(t.empty_reason or "no rows")}.</p>')
     else:
+        rows, note = t.shown_rows(shown)
         head = "".join(f"<th>{html.escape(c)}</th>" for c in t.columns)
-        body = "".join("<tr>" + "".join(_cell(c, v) for c, v in zip(t.columns, r)) + "</tr>" for r in t.rows[:shown])
+        body = "".join("<tr>" + "".join(_cell(c, v) for c, v in zip(t.columns, r)) + "</tr>" for r in rows)
         parts.append(f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>')
-        if len(t.rows) > shown:
-            parts.append(f'<p class="note">Showing {shown} of {len(t.rows)} rows; all rows in tables/{t.name}.csv.</p>')
+        if note:
+            parts.append(f'<p class="note">{html.escape(note)}.</p>')
     parts.append(f'<div class="stamp">{html.escape(stamp)} · {html.escape(t.computed_by)} · tables/{t.name}.csv</div>')
     sql = "\n\n".join(t.sql)
     parts.append(f"<details><summary>query</summary><pre>{html.escape(sql)}</pre></details>")
@@ -77,9 +79,9 @@ def render_html(report: Report, figures: dict[str, bytes], highlights: list[tupl
         body = [f'<section id="{s.key}"><h2>{html.escape(s.title)}</h2><p class="intro">{html.escape(s.intro)}</p>']
         if s.notice:
             body.append(f'<div class="notice">{html.escape(s.notice.strip())}</div>')
-        for f in s.figures:
-            uri = "data:image/png;base64," + base64.b64encode(figures[f]).decode()
-            body.append(f'<figure><img alt="{f}" src="{uri}"></figure>')
+        imgs = "".join(f'<figure><img alt="{f}" src="data:image/png;base64,'
+                       f'{base64.b64encode(figures[f]).decode()}"></figure>' for f in s.figures)
+        body.append(f'<div class="figs">{imgs}</div>' if imgs else "")
         body += [_table(report.tables[n], i.line(), shown) for n in s.tables]
         sections.append("".join(body) + "</section>")
     return f"""<!DOCTYPE html>

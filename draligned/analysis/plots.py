@@ -68,10 +68,17 @@ def pair_heatmaps(matrix: Table | None, evaluator: str, comparisons: list[str]) 
     if not recs:
         return no_data("Pair matrices", "no evaluator states for the primary comparisons")
     phases = list(dict.fromkeys(r["phase"] for r in recs))
-    fig, axes = plt.subplots(1, len(phases), figsize=(3.6 * len(phases), 3.4), squeeze=False)
+    docs = [p for p in phases if p != "requests"]
+    axes_states = _ordered({r["state_a"] for r in recs if r["phase"] in docs} | {r["state_b"] for r in recs
+                                                                              if r["phase"] in docs})
+    fig, axes = plt.subplots(1, len(phases), figsize=(3.3 * len(phases), 3.6), squeeze=False)
     for ax, phase in zip(axes[0], phases):
-        c = Counter({(r["state_a"], r["state_b"]): r["pairs"] for r in recs if r["phase"] == phase})
-        _heat(ax, c, _ordered({a for a, _ in c}), _ordered({b for _, b in c}), "arm b", "arm a")
+        c: Counter = Counter()
+        for r in recs:
+            if r["phase"] == phase:
+                c[(r["state_a"], r["state_b"])] += r["pairs"]
+        cats = axes_states if phase in docs else _ordered({a for a, _ in c} | {b for _, b in c})
+        _heat(ax, c, cats, cats, "arm b", "arm a" if ax is axes[0][0] else "")
         ax.set_title(f"{phase}  (n={sum(c.values())})")
     fig.suptitle(f"Pair matrices, {' + '.join(comparisons)}", x=0.01, ha="left")
     return png(fig)

@@ -96,11 +96,10 @@ def highlights(report: Report) -> list[tuple[str, str, str]]:
 def _md_table(table: Table) -> list[str]:
     if not table.rows:
         return [f"*Empty: {table.empty_reason or 'no rows'}.*"]
+    rows, note = table.shown_rows(SHOWN_ROWS)
     lines = ["| " + " | ".join(table.columns) + " |", "|" + "---|" * len(table.columns)]
-    lines += ["| " + " | ".join(fmt(v) for v in r) + " |" for r in table.rows[:SHOWN_ROWS]]
-    if len(table.rows) > SHOWN_ROWS:
-        lines.append(f"\n*Showing {SHOWN_ROWS} of {len(table.rows)} rows; all rows in `tables/{table.name}.csv`.*")
-    return lines
+    lines += ["| " + " | ".join(fmt(v) for v in r) + " |" for r in rows]
+    return lines + ([f"\n*{note}.*"] if note else [])
 
 
 def render_markdown(report: Report) -> str:

@@ -28,6 +28,21 @@ class Table(BaseModel):
     """Dotted name of the function that computed the rows."""
     empty_reason: str | None = None
     """Shown instead of an empty table, saying why it is empty."""
+    view: list[int] | None = None
+    """Indices of the rows shown in report.md/html (None: all, up to the display cap); exports hold all."""
+    view_note: str = ""
+    """Which rows the view shows, when ``view`` is set."""
+
+    def shown_rows(self, cap: int) -> tuple[list[list[Any]], str]:
+        """Rows to display and a note on what was left to the CSV (empty when everything is shown)."""
+        rows = self.rows if self.view is None else [self.rows[i] for i in self.view]
+        notes = [self.view_note] if self.view is not None and len(rows) < len(self.rows) else []
+        if len(rows) > cap:
+            notes.append(f"first {cap} of these")
+            rows = rows[:cap]
+        if len(rows) < len(self.rows):
+            notes.append(f"{len(rows)} of {len(self.rows)} rows shown; all rows in tables/{self.name}.csv")
+        return rows, "; ".join(notes)
 
     def records(self) -> list[dict[str, Any]]:
         """Rows as dicts."""

@@ -6,9 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from draligned.analysis.build import build_report
 from draligned.analysis.plan import PlanError, load_plan
-from draligned.analysis.render import write_report
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEMO_PLAN = REPO_ROOT / "analysis" / "demo.toml"
@@ -27,6 +25,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 def make_report(archive: str | Path, plan_path: str | Path, evaluator: str, out: str | Path,
                 show_sql: bool = False) -> Path:
     """Build and write a report; returns the path of report.html."""
+    # Imported here so that other commands do not pay for loading matplotlib.
+    from draligned.analysis.build import build_report
+    from draligned.analysis.render import write_report
+
     loaded = load_plan(plan_path)
     report = build_report(archive, loaded, evaluator)
     if show_sql:
