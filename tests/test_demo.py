@@ -13,6 +13,9 @@ from draligned.records import ToolCallEvent
 def test_demo_end_to_end_and_rerun_is_free(tmp_path, capsys):
     out = tmp_path / "demo"
     assert main(["demo", "--out", str(out)]) == 0
+    report = out / "report" / "report.html"
+    assert f"Report:  {report}" in capsys.readouterr().out and report.exists()
+    assert "No evaluator reads in this archive" in report.read_text()
     archive = Archive(out / "archive")
     assert verify_archive(archive) == []
     assert main(["archive", "stats", str(archive.root), "--json"]) == 0
