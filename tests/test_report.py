@@ -81,6 +81,10 @@ def test_report_writes_every_table_with_identity_and_known_answers(built, capsys
         assert len(rows) == meta["rows"], name
         assert con.execute(f"SELECT count(*) FROM '{out / 'tables' / name}.parquet'").fetchone()[0] == meta["rows"]
         assert meta["sql"], name
+    kv = dict(con.execute(f"SELECT key::VARCHAR, value::VARCHAR FROM "
+                          f"parquet_kv_metadata('{out / 'tables' / 'pair_summary.parquet'}')").fetchall())
+    assert kv["plan_sha256"] == manifest["identity"]["plan_sha256"] and kv["evaluator_id"] == "sim"
+    assert kv["archive_sha256"] == manifest["identity"]["archive_sha256"]
     md, html = (out / "report.md").read_text(), (out / "report.html").read_text()
     assert manifest["identity"]["archive_sha256"][:12] in md and manifest["identity"]["plan_sha256"][:12] in html
 

@@ -117,7 +117,6 @@ def build_report(archive_root: str | Path, loaded: LoadedPlan, evaluator_id: str
     indexes = {e: StateIndex(rows) for e, rows in states.items()}
     main = indexes[evaluator_id]
     have = bool(main)
-    primary = [p for p in pairs if p.comparison in plan.comparisons.primary]
     t: list[Table] = [coverage.run_coverage(runs), coverage.pair_coverage(pairs),
                       coverage.state_coverage(runs, cards, {evaluator_id: main}, plan),
                       *process.process_counts(runs), retention.text_change(done, texts, plan),
@@ -126,7 +125,7 @@ def build_report(archive_root: str | Path, loaded: LoadedPlan, evaluator_id: str
     if have:
         t += [*matrices.pair_matrices(pairs, {e: i for e, i in indexes.items() if i}, plan),
               *retention.direction_retention(pairs, main, plan), *process.request_vs_final(pairs, main),
-              consistency.state_distribution(primary, main, plan), *consistency.recurrence(pairs, main, plan),
+              consistency.state_distribution(pairs, main, plan), *consistency.recurrence(pairs, main, plan),
               agreement.evaluator_agreement(evaluator_id, states)]
     tables = {x.name: x.model_copy(update={"sql": _SOURCES.get(x.name, [RUNS_SQL])}) for x in t}
     return Report(identity=ident, states_available=have, tables=tables,

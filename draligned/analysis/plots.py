@@ -164,18 +164,23 @@ def cess_vs_opened(by_arm: Table | None) -> bytes:
     if not recs:
         return no_data("CESS vs Opened Mean per arm", by_arm.empty_reason if by_arm and by_arm.empty_reason
                        else "no CESS estimates")
-    fig, ax = plt.subplots(figsize=(4.8, 4.2))
+    fig, ax = plt.subplots(figsize=(5.2, 4.4))
     for r in recs:
-        if r["cess_mean"] is not None:
-            ax.scatter(r["opened_mean"], r["cess_mean"], color="#2a9d8f", s=30)
+        color = "#2a9d8f" if r["arm"].startswith("P") else "#e76f51"
         if r["interval_low_mean"] is not None:
-            ax.vlines(r["opened_mean"], r["interval_low_mean"], r["interval_high_mean"], color="#e9c46a", lw=3)
-        ax.annotate(f"{r['card_id']}·{r['arm']}", (r["opened_mean"], r["cess_mean"] or r["interval_low_mean"]),
-                    fontsize=7, xytext=(3, 3), textcoords="offset points")
+            ax.vlines(r["opened_mean"], r["interval_low_mean"], r["interval_high_mean"], color=color, lw=4, alpha=0.3)
+        if r["cess_mean"] is not None:
+            ax.scatter(r["opened_mean"], r["cess_mean"], color=color, s=34, edgecolor="white", zorder=3)
+            if len(recs) <= 8:
+                ax.annotate(f"{r['card_id']}·{r['arm']}", (r["opened_mean"], r["cess_mean"]), fontsize=7,
+                            xytext=(4, 3), textcoords="offset points")
+    for arm, color in (("first factor at P", "#2a9d8f"), ("first factor at Q", "#e76f51")):
+        ax.scatter([], [], color=color, label=arm)
+    ax.legend(frameon=False, fontsize=8, loc="upper left")
     lo = min(ax.get_xlim()[0], ax.get_ylim()[0])
     hi = max(ax.get_xlim()[1], ax.get_ylim()[1])
     ax.plot([lo, hi], [lo, hi], ls="--", color="#adb5bd", lw=1)
     ax.set_xlabel("Opened Mean (what was opened)")
-    ax.set_ylabel("CESS (searchable pool); bar = support interval")
+    ax.set_ylabel("CESS (searchable pool); shaded bar = support interval")
     ax.set_title("CESS vs Opened Mean per arm")
     return png(fig)

@@ -44,7 +44,8 @@ def _sql_type(values: list[Any]) -> str:
 
 
 def export_tables(report: Report, out: Path) -> None:
-    """tables/<name>.csv and .parquet through DuckDB, and tables/manifest.json with identity and SQL."""
+    """tables/<name>.csv and .parquet through DuckDB (the Parquet key-value metadata carries the plan,
+    evaluator and archive hashes), and tables/manifest.json with identity, definitions and SQL."""
     out.mkdir(parents=True, exist_ok=True)
     con = duckdb.connect()
     try:
@@ -55,9 +56,13 @@ def export_tables(report: Report, out: Path) -> None:
                 con.executemany(f'INSERT INTO "{name}" VALUES ({", ".join("?" * len(table.columns))})',
                                 [[str(v) if t.endswith("VARCHAR") and v is not None else v
                                   for v, t in zip(r, cols)] for r in table.rows])
+            ident = report.identity
+            meta = ", ".join(f"{k}: '{str(v).replace(chr(39), chr(39) * 2)}'" for k, v in (
+                ("plan_sha256", ident.plan_sha256), ("evaluator_id", ident.evaluator_id),
+                ("archive_sha256", ident.archive_sha256), ("table_name", name)))
             for kind in ("csv", "parquet"):
                 target = str(out / f"{name}.{kind}").replace("'", "''")
-                opts = "FORMAT CSV, HEADER" if kind == "csv" else "FORMAT PARQUET"
+                opts = "FORMAT CSV, HEADER" if kind == "csv" else f"FORMAT PARQUET, KV_METADATA {{{meta}}}"
                 con.execute(f"COPY \"{name}\" TO '{target}' ({opts})")
     finally:
         con.close()
