@@ -23,7 +23,8 @@ def add_states(archive: Archive, evaluator: str,
     rows = []
     for run_id, arm, card_sha, drafts in runs:
         card = Card.model_validate_json(archive.get_text(card_sha))
-        docs = [("requests", "requests")] + [("draft", f"draft:{v}") for v in range(1, drafts + 1)] + [("final", "final")]
+        docs = [("requests", "requests"), *(("draft", f"draft:{v}") for v in range(1, drafts + 1)),
+                ("final", "final")]
         for f in card.factors:
             for phase, doc in docs:
                 state, reason = state_of(arm, doc, f.factor_id, run_id)

@@ -62,7 +62,8 @@ def test_pair_matrix_counts_and_shares():
                  if r["phase"] == "final" and r["group_by"] == "all"}
     assert final_all == {("OWN", "OWN"): 1, ("BOTH", "BOTH"): 1, ("UNKNOWN", "NO_RUN"): 1}
     row = next(r for r in summary.records() if r["phase"] == "final" and r["group_by"] == "all")
-    assert (row["pairs"], row["both_own"], row["coincide"], row["either_unknown"], row["either_absent"]) == (3, 1, 2, 1, 1)
+    counts = (row["pairs"], row["both_own"], row["coincide"], row["either_unknown"], row["either_absent"])
+    assert counts == (3, 1, 2, 1, 1)
     assert row["both_own_share"] == pytest.approx(1 / 3, abs=1e-4) and row["coincide_share"] == pytest.approx(0.6667)
     req = {(r["state_a"], r["state_b"]) for r in long.records() if r["phase"] == "requests" and r["group_by"] == "all"}
     assert req == {("OTHER", "UNDEFINED"), ("NOT_READ", "NOT_READ"), ("NOT_READ", "NO_RUN")}
@@ -104,8 +105,7 @@ def test_process_request_readout_next_to_final_and_counts():
 
 
 def test_consistency_recurs_across_settings():
-    runs = [run("a", "P", model="m1"), run("b", "Q", model="m1"), run("c", "P", model="m2"), run("d", "Q", model="m2"),
-            run("e", "P", model="m3"), run("f", "Q", model="m3")]
+    runs = [run(rid, arm, model=f"m{i // 2 + 1}") for i, (rid, arm) in enumerate(zip("abcdef", "PQPQPQ"))]
     states = [st("a", "final", "OWN"), st("b", "final", "OWN"), st("c", "final", "OWN"), st("d", "final", "OTHER"),
               st("e", "final", "UNKNOWN")]
     by_setting, by_card = recurrence(build_pairs(runs, REPO_CARDS, PLAN), StateIndex(states), PLAN)
@@ -123,8 +123,8 @@ def test_kappa_known_value_and_undefined():
     assert agreement.analysis_cohen_kappa([], []).kappa is None
     one_varies = agreement.analysis_cohen_kappa(["OWN"] * 4, ["OWN", "OWN", "OWN", "OTHER"])
     assert one_varies.kappa == 0.0
-    states = {"e1": STATES, "e2": [st("p0", "final", "OWN", evaluator="e2"), st("q0", "final", "OTHER", evaluator="e2")],
-              "e3": []}
+    e2 = [st("p0", "final", "OWN", evaluator="e2"), st("q0", "final", "OTHER", evaluator="e2")]
+    states = {"e1": STATES, "e2": e2, "e3": []}
     rows = agreement.evaluator_agreement("e1", states).records()
     final = next(r for r in rows if r["phase"] == "final")
     assert (final["n"], final["agree"], final["only_evaluator"], final["only_other"]) == (2, 1, 3, 0)
@@ -132,8 +132,8 @@ def test_kappa_known_value_and_undefined():
 
 
 def test_coverage_counts_every_category_by_name():
-    runs = RUNS + [run("p3", "P", seed=3, status="started"), run("p3b", "P", seed=3, attempt=2, status="budget_exhausted"),
-                   run("q3", "Q", seed=3, drafts=0)]
+    runs = RUNS + [run("p3", "P", seed=3, status="started"),
+                   run("p3b", "P", seed=3, attempt=2, status="budget_exhausted"), run("q3", "Q", seed=3, drafts=0)]
     cov = coverage.run_coverage(runs).records()[0]
     assert (cov["slots"], cov["slots_finished"], cov["attempts"], cov["completed"], cov["failed"],
             cov["interrupted"], cov["budget_exhausted"]) == (8, 7, 9, 6, 1, 1, 1)
@@ -163,7 +163,8 @@ def test_provenance_links_by_url_and_fragment():
     rows = {r["unit"].strip(): r for r in provenance.provenance([run("r", "P")], texts, PLAN).records()}
     assert (rows["search results"]["linked"], rows["search results"]["total"]) == (1, 3)  # by URL
     assert (rows["page reads"]["linked"], rows["page reads"]["total"]) == (1, 1)  # 20-char fragment
-    assert (rows["return units before first draft"]["linked"], rows["return units before first draft"]["total"]) == (2, 4)
+    before = rows["return units before first draft"]
+    assert (before["linked"], before["total"]) == (2, 4)
     # draft units: 3 sentences; the first by URL, the second by fragment, the third unlinked
     assert (rows["first-draft units"]["linked"], rows["first-draft units"]["total"]) == (2, 3)
     # the shared fragment " night train leaves at 22:10 from " is 34 chars: not a 40-char strict link
@@ -171,7 +172,8 @@ def test_provenance_links_by_url_and_fragment():
 
 
 def test_cess_side_by_side_and_bootstrap():
-    cess = {"p0": CessRow(run_id="p0", opened_mean=0.2, estimate=0.5), "q0": CessRow(run_id="q0", opened_mean=0.6, estimate=0.4),
+    cess = {"p0": CessRow(run_id="p0", opened_mean=0.2, estimate=0.5),
+            "q0": CessRow(run_id="q0", opened_mean=0.6, estimate=0.4),
             "p1": CessRow(run_id="p1", opened_mean=0.3, estimate=None, interval_low=0.1, interval_high=0.9),
             "q1": CessRow(run_id="q1", opened_mean=0.5, estimate=0.3)}
     t = cess_by_pair(pairs(), cess, PLAN.cess).records()[0]

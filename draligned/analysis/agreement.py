@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import Counter
 
 from draligned.analysis.rows import Row, StateRow
-from draligned.analysis.table import Table, share
+from draligned.analysis.table import Table
 
 
 class KappaResult(Row):

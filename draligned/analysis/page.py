@@ -45,7 +45,8 @@ pre { background:#f4f6f9; padding:10px; font-size:11.5px; overflow-x:auto; borde
 
 def _cell(col: str, v: object) -> str:
     if isinstance(v, str) and v in COLORS and ("state" in col or col == "state"):
-        return f'<td><span class="st" style="background:{COLORS[v]}33;border:1px solid {COLORS[v]}">{html.escape(v)}</span></td>'
+        style = f"background:{COLORS[v]}33;border:1px solid {COLORS[v]}"
+        return f'<td><span class="st" style="{style}">{html.escape(v)}</span></td>'
     cls = ' class="n"' if isinstance(v, (int, float)) and not isinstance(v, bool) else ""
     return f"<td{cls}>{html.escape(fmt(v))}</td>"
 
@@ -89,6 +90,7 @@ def render_html(report: Report, figures: dict[str, bytes], highlights: list[tupl
 <title>draligned report — {html.escape(i.plan_name)}</title><style>{CSS}</style></head>
 <body><header><h1>draligned audit report — {html.escape(i.plan_name)}</h1>
 <div class="id">plan {html.escape(i.plan_path)} · sha256 {i.plan_sha256}<br>evaluator {html.escape(i.evaluator_id)}<br>
-archive {html.escape(i.archive_path)} · sha256 {i.archive_sha256} · {i.runs_in_subset} of {i.runs_in_archive} run attempts in subset</div>
+archive {html.escape(i.archive_path)} · sha256 {i.archive_sha256} ·
+{i.runs_in_subset} of {i.runs_in_archive} run attempts in subset</div>
 </header><nav>{nav}</nav><main><div class="cards">{cards}</div>{"".join(sections)}</main></body></html>
 """
