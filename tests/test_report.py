@@ -70,6 +70,7 @@ def test_report_writes_every_table_with_identity_and_known_answers(built, capsys
     manifest = json.loads((out / "tables" / "manifest.json").read_text())
     assert manifest["identity"]["plan_sha256"] == sha256_file(plan)
     assert manifest["identity"]["evaluator_id"] == "sim" and manifest["states_available"]
+    assert manifest["identity"]["index_warning"] is None
     expected = {"coverage_runs", "coverage_pairs", "coverage_states", "pair_matrix", "pair_summary",
                 "retention_flows", "retention_summary", "text_change", "request_vs_final", "searched_alternative",
                 "process_runs", "process_by_arm", "state_distribution", "consistency_settings",
@@ -157,3 +158,15 @@ def test_html_renders_in_headless_chromium(built):
     data = shot.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 50_000
     print(f"screenshot: {shot}")
+
+
+def test_stale_index_is_reported(built):
+    tmp, _, bare, plan = built
+    stale = tmp / "stale"
+    shutil.copytree(bare, stale)
+    victim = sorted((stale / "runs").glob("*.json"))[0].name.split(".")[0]
+    for path in (stale / "runs").glob(f"{victim}*"):
+        path.unlink()
+    assert main(["report", str(stale), "--plan", str(plan), "--out", str(tmp / "out-stale")]) == 0
+    assert "Warning: the index lists 12 runs but the archive holds 11 run files" in \
+        (tmp / "out-stale" / "report.md").read_text()

@@ -51,6 +51,8 @@ class Identity(BaseModel):
     """Run attempts in the index."""
     runs_in_subset: int
     """Run attempts in the plan's subset."""
+    index_warning: str | None = None
+    """Set when the index does not list the same runs as the run files on disk (stale index)."""
 
     def line(self) -> str:
         """One-line provenance stamp shown under every table."""
@@ -112,7 +114,7 @@ def build_report(archive_root: str | Path, loaded: LoadedPlan, evaluator_id: str
     ident = Identity(plan_name=plan.name, plan_path=loaded.path, plan_sha256=loaded.sha256,
                      evaluator_id=evaluator_id, archive_path=str(archive.root),
                      archive_sha256=archive_sha256(all_runs), runs_in_archive=len(all_runs),
-                     runs_in_subset=len(runs))
+                     runs_in_subset=len(runs), index_warning=_stale(archive, all_runs))
     pairs = build_pairs(runs, cards, plan)
     indexes = {e: StateIndex(rows) for e, rows in states.items()}
     main = indexes[evaluator_id]
@@ -130,6 +132,17 @@ def build_report(archive_root: str | Path, loaded: LoadedPlan, evaluator_id: str
     tables = {x.name: x.model_copy(update={"sql": _SOURCES.get(x.name, [RUNS_SQL])}) for x in t}
     return Report(identity=ident, states_available=have, tables=tables,
                   sections=_sections(have, evaluator_id, plan.primary_phase), queries=log.queries)
+
+
+def _stale(archive: Archive, runs: list) -> str | None:
+    """A warning when run files and index disagree (the index is derived and may be out of date)."""
+    on_disk = {p.name.removesuffix(".started.json").removesuffix(".json")
+               for p in archive.record_paths() + archive.started_paths()}
+    indexed = {r.run_id for r in runs}
+    if on_disk == indexed:
+        return None
+    return (f"the index lists {len(indexed)} runs but the archive holds {len(on_disk)} run files; "
+            f"run `draligned archive reindex {archive.root}` and rebuild the report")
 
 
 def _sections(have: bool, evaluator: str, phase: str) -> list[Section]:

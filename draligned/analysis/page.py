@@ -74,6 +74,7 @@ def render_html(report: Report, figures: dict[str, bytes], highlights: list[tupl
     i = report.identity
     cards = "".join(f'<div class="card"><div class="v">{html.escape(v)}</div><div class="l">{html.escape(label)}'
                     f'</div><div class="d">{html.escape(d)}</div></div>' for v, label, d in highlights)
+    warning = f'<div class="notice">Warning: {html.escape(i.index_warning)}</div>' if i.index_warning else ""
     nav = "".join(f'<a href="#{s.key}">{html.escape(s.title)}</a>' for s in report.sections)
     sections = []
     for s in report.sections:
@@ -92,5 +93,5 @@ def render_html(report: Report, figures: dict[str, bytes], highlights: list[tupl
 <div class="id">plan {html.escape(i.plan_path)} · sha256 {i.plan_sha256}<br>evaluator {html.escape(i.evaluator_id)}<br>
 archive {html.escape(i.archive_path)} · sha256 {i.archive_sha256} ·
 {i.runs_in_subset} of {i.runs_in_archive} run attempts in subset</div>
-</header><nav>{nav}</nav><main><div class="cards">{cards}</div>{"".join(sections)}</main></body></html>
+</header><nav>{nav}</nav><main>{warning}<div class="cards">{cards}</div>{"".join(sections)}</main></body></html>
 """

@@ -114,6 +114,8 @@ def render_markdown(report: Report) -> str:
              f"- plan: `{i.plan_path}` sha256 `{i.plan_sha256}`", f"- evaluator: `{i.evaluator_id}`",
              f"- archive: `{i.archive_path}` sha256 `{i.archive_sha256}` "
              f"({i.runs_in_subset} of {i.runs_in_archive} run attempts in the plan's subset)", ""]
+    if i.index_warning:
+        lines += [f"> **Warning: {i.index_warning}**", ""]
     lines += [f"- **{v}** {label} ({detail})" for v, label, detail in highlights(report)] + [""]
     for s in report.sections:
         lines += [f"## {s.title}", "", s.intro, ""]
