@@ -7,6 +7,7 @@ import pytest
 from draligned.analysis import agreement, coverage, matrices, process, provenance, retention
 from draligned.analysis.cess_side import cess_by_pair, cluster_bootstrap
 from draligned.analysis.consistency import recurrence
+from draligned.analysis.interventions import InterventionRow, icc_1k, intervention_effects
 from draligned.analysis.pairs import StateIndex, build_pairs
 from draligned.analysis.plan import Plan, PlanError, load_plan
 from draligned.analysis.rows import CessRow, RunRow, RunTexts, StateRow, ToolReturn
@@ -199,3 +200,23 @@ def test_plan_errors_name_file_and_field(tmp_path):
         loaded = load_plan(shipped)
         assert len(loaded.sha256) == 64 and loaded.plan.primary_phase == "final"
     assert load_plan("analysis/paper_main.toml").plan.comparisons.primary == ["PP-QP"]
+
+
+def test_intervention_effects_and_icc():
+    def cells(task, rep, t00, t10, t01, t11):
+        return [InterventionRow(task_id=task, replicate=rep, selection=a, stopping=b, opened_mean=v)
+                for (a, b), v in {(0, 0): t00, (1, 0): t10, (0, 1): t01, (1, 1): t11}.items()]
+    rows = (cells("A", 0, 0.1, 0.2, 0.1, 0.4) + cells("A", 1, 0.1, 0.2, 0.2, 0.4)
+            + cells("B", 0, 0.1, 0.4, 0.1, 0.5) + cells("B", 1, 0.1, 0.4, 0.2, 0.5)
+            + cells("C", 0, 0.1, 0.1, 0.1, 0.1)[:3])
+    t = {r["effect"]: r for r in intervention_effects(rows, PLAN.cess).records()}
+    assert t["selection"]["blocks"] == 4 and t["selection"]["incomplete_blocks"] == 1
+    assert t["selection"]["mean"] == pytest.approx(0.2)  # (0.1 + 0.1 + 0.3 + 0.3) / 4
+    assert t["total"]["mean"] == pytest.approx(0.35)
+    assert t["interaction"]["mean"] == pytest.approx(0.1)  # blocks: 0.2, 0.1, 0.1, 0.0
+    # selection is the same in both replicates of a task and differs between tasks -> ICC 1
+    assert t["selection"]["icc"] == 1.0 and t["selection"]["icc_k"] == 2
+    # stopping is 0 then 0.1 in every task: no between-task variation -> undefined
+    assert t["stopping"]["icc"] is None and t["stopping"]["icc_undefined"] == "no between-task variation"
+    assert icc_1k({"A": [1.0]}).undefined_reason == "needs two tasks with two replicates"
+    assert intervention_effects([], PLAN.cess).empty_reason.startswith("the study ran no 2x2")

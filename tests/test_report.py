@@ -50,6 +50,10 @@ def built(tmp_path_factory):
                else ("UNDEFINED", "NO_IDENTIFIED_REQUEST"))
     add_cess(archive, lambda arm, rid: {"opened_mean": 0.25 if arm.startswith("P") else 0.75,
                                         "cess": 0.5, "support_interval": None})
+    with (archive.root / "cess" / "interventions.jsonl").open("w") as fh:
+        for task, rep, a, b in ((t, r, a, b) for t in ("q1", "q2") for r in (0, 1) for a in (0, 1) for b in (0, 1)):
+            fh.write(json.dumps({"task_id": task, "replicate": rep, "selection": a, "stopping": b,
+                                 "opened_mean": 0.2 + 0.3 * a + 0.1 * b * rep}) + "\n")
     plan = tmp / "plan.toml"
     plan.write_text(PLAN)
     return tmp, archive, bare, plan
@@ -74,7 +78,8 @@ def test_report_writes_every_table_with_identity_and_known_answers(built, capsys
     expected = {"coverage_runs", "coverage_pairs", "coverage_states", "pair_matrix", "pair_summary",
                 "retention_flows", "retention_summary", "text_change", "request_vs_final", "searched_alternative",
                 "process_runs", "process_by_arm", "state_distribution", "consistency_settings",
-                "consistency_cards", "evaluator_agreement", "provenance", "cess_by_arm", "cess_by_pair"}
+                "consistency_cards", "evaluator_agreement", "provenance", "cess_by_arm", "cess_by_pair",
+                "cess_interventions"}
     assert set(manifest["tables"]) == expected
     con = duckdb.connect()
     for name, meta in manifest["tables"].items():
@@ -110,6 +115,9 @@ def test_report_writes_every_table_with_identity_and_known_answers(built, capsys
     om = {r["comparison"]: r for r in _csv(out / "tables" / "cess_by_pair.csv")}
     assert float(om["PP-QP"]["om_diff"]) == pytest.approx(0.5) and float(om["PP-PQ"]["om_diff"]) == 0.0
     assert float(om["P-Q"]["cess_diff"]) == 0.0
+    effects = {r["effect"]: r for r in _csv(out / "tables" / "cess_interventions.csv")}
+    assert float(effects["selection"]["mean"]) == pytest.approx(0.3) and effects["selection"]["blocks"] == "4"
+    assert float(effects["stopping"]["mean"]) == pytest.approx(0.05)
     prov = _csv(out / "tables" / "provenance.csv")
     assert int(prov[0]["total"]) == int(prov[1]["total"]) + int(prov[2]["total"]) > 0
 

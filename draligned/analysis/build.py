@@ -6,11 +6,11 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from draligned.analysis import (agreement, coverage, consistency, matrices, process, provenance, retention,
-                                cess_side)
+from draligned.analysis import (agreement, cess_side, consistency, coverage, interventions, matrices, process,
+                                provenance, retention)
 from draligned.analysis.adapters import (RUNS_SQL, TEXT_EVENTS_SQL, QueryLog, archive_sha256, load_cards,
                                          load_runs, load_texts)
-from draligned.analysis.cess_source import CESS_SQL, load_cess
+from draligned.analysis.cess_source import CESS_SQL, INTERVENTIONS_SQL, load_cess, load_interventions
 from draligned.analysis.pairs import StateIndex, build_pairs, finished_runs, in_subset
 from draligned.analysis.plan import LoadedPlan
 from draligned.analysis.states_source import STATES_SQL, load_states
@@ -26,6 +26,7 @@ _SOURCES: dict[str, list[str]] = {
     **{name: [RUNS_SQL, STATES_SQL] for name in _STATE_TABLES},
     "text_change": [RUNS_SQL, TEXT_EVENTS_SQL], "provenance": [RUNS_SQL, TEXT_EVENTS_SQL],
     "cess_by_arm": [RUNS_SQL, CESS_SQL], "cess_by_pair": [RUNS_SQL, CESS_SQL],
+    "cess_interventions": [INTERVENTIONS_SQL],
 }
 """The queries whose rows feed each table (tables not listed read only the runs query)."""
 
@@ -109,6 +110,7 @@ def build_report(archive_root: str | Path, loaded: LoadedPlan, evaluator_id: str
         done = list(finished_runs(runs).values())
         texts = load_texts(con, archive, {r.run_id for r in done}, log)
         cess = {c.run_id: c for c in load_cess(con, archive.root / plan.cess.source, log)}
+        trials = load_interventions(con, archive.root / plan.cess.interventions, log)
     finally:
         con.close()
     ident = Identity(plan_name=plan.name, plan_path=loaded.path, plan_sha256=loaded.sha256,
@@ -123,7 +125,8 @@ def build_report(archive_root: str | Path, loaded: LoadedPlan, evaluator_id: str
                       coverage.state_coverage(runs, cards, {evaluator_id: main}, plan),
                       *process.process_counts(runs), retention.text_change(done, texts, plan),
                       provenance.provenance(done, texts, plan),
-                      cess_side.cess_by_arm(runs, cess), cess_side.cess_by_pair(pairs, cess, plan.cess)]
+                      cess_side.cess_by_arm(runs, cess), cess_side.cess_by_pair(pairs, cess, plan.cess),
+                      interventions.intervention_effects(trials, plan.cess)]
     if have:
         t += [*matrices.pair_matrices(pairs, {e: i for e, i in indexes.items() if i}, plan),
               *retention.direction_retention(pairs, main, plan), *process.request_vs_final(pairs, main),
@@ -185,7 +188,8 @@ def _sections(have: bool, evaluator: str, phase: str) -> list[Section]:
                 tables=["provenance"]),
         Section(key="cess", title="CESS next to the Opened Mean",
                 intro="Opened Mean (what the run opened) next to the CESS estimate of the searchable pool, per arm "
-                      "and as arm differences with cluster-bootstrap CIs. Different estimands: read them side by "
-                      "side, never as corrections of each other.",
-                tables=["cess_by_arm", "cess_by_pair"], figures=["cess_vs_opened"]),
+                      "and as arm differences with cluster-bootstrap CIs; 2x2 search-policy intervention effects "
+                      "with their ICC when the study ran them. Different estimands: read them side by side, never "
+                      "as corrections of each other.",
+                tables=["cess_by_arm", "cess_by_pair", "cess_interventions"], figures=["cess_vs_opened"]),
     ]
