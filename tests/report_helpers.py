@@ -18,21 +18,26 @@ def add_states(archive: Archive, evaluator: str,
     """Write a ``states`` table: ``state_of(arm, document, axis, run_id) -> (state, reason)`` per
     finished run, every factor, documents requests / each draft / final. Returns rows written."""
     con = connect(archive)
-    runs = con.execute("SELECT run_id, arm, card_sha256, drafts FROM runs WHERE status = 'completed'").fetchall()
+    runs = con.execute("SELECT run_id, arm, card_sha256, drafts, card_id, seed FROM runs "
+                       "WHERE status = 'completed'").fetchall()
     con.close()
     rows = []
-    for run_id, arm, card_sha, drafts in runs:
+    for run_id, arm, card_sha, drafts, card_id, seed in runs:
         card = Card.model_validate_json(archive.get_text(card_sha))
         docs = [("requests", "requests"), *(("draft", f"draft:{v}") for v in range(1, drafts + 1)),
                 ("final", "final")]
         for f in card.factors:
             for phase, doc in docs:
                 state, reason = state_of(arm, doc, f.factor_id, run_id)
-                rows.append((run_id, evaluator, phase, doc, f.factor_id, state, reason))
+                assigned = card.endpoint_for(arm, f.factor_id)
+                rows.append((evaluator, run_id, card_id, arm, seed, phase, doc, f.factor_id, assigned, state,
+                             reason, None))
     con = duckdb.connect(str(archive.root / "index.duckdb"))
-    con.execute("CREATE TABLE IF NOT EXISTS states (run_id TEXT, evaluator_id TEXT, phase TEXT, document TEXT, "
-                "axis TEXT, state TEXT, reason TEXT)")
-    con.executemany("INSERT INTO states VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+    # The columns of issue 5's states table (draligned/evaluator/index.py on branch issue-5).
+    con.execute("CREATE TABLE IF NOT EXISTS states (evaluator_id TEXT, run_id TEXT, card_id TEXT, arm TEXT, "
+                "seed INTEGER, phase TEXT, document TEXT, axis_id TEXT, assigned TEXT, state TEXT, reason TEXT, "
+                "label TEXT)")
+    con.executemany("INSERT INTO states VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
     con.close()
     return len(rows)
 

@@ -140,7 +140,7 @@ def test_report_without_states_says_so_and_keeps_the_rest(built):
 def test_html_is_self_contained(built):
     tmp, archive, _, plan = built
     out = tmp / "out-html"
-    main(["report", str(archive.root), "--plan", str(plan), "--out", str(out)])
+    main(["report", str(archive.root), "--plan", str(plan), "--evaluator", "sim", "--out", str(out)])
     html = (out / "report.html").read_text()
     assert not re.search(r"""(?:src|href)\s*=\s*["'](?!#|data:)""", html)
     assert "<script" not in html and html.count("data:image/png;base64,") >= 6
@@ -153,7 +153,7 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 def test_html_renders_in_headless_chromium(built):
     tmp, archive, _, plan = built
     out = tmp / "out-browser"
-    main(["report", str(archive.root), "--plan", str(plan), "--out", str(out)])
+    main(["report", str(archive.root), "--plan", str(plan), "--evaluator", "sim", "--out", str(out)])
     shot = out / "screenshot.png"
     proc = subprocess.run(
         [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

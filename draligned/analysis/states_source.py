@@ -1,9 +1,9 @@
 """Adapter for issue 5's directional states (the one place to fix column names at merge).
 
-Expected: a table ``states`` in the archive's ``index.duckdb`` with one row per
-(run, phase, document, axis) and evaluator, columns
-``run_id, evaluator_id, phase, document, axis, state, reason`` — the shape
-``draligned states ARCHIVE --evaluator ID --json`` prints. When the table does not exist the
+Expected: the ``states`` table that issue 5 adds to the archive's ``index.duckdb``
+(``draligned/evaluator/index.py`` on branch issue-5, as of this writing): one row per evaluator,
+run, phase, document and axis, with columns ``evaluator_id, run_id, phase, document, axis_id,
+state, reason`` (plus card_id, arm, seed, assigned, label, which the report takes from ``runs``). When the table does not exist the
 report says "no evaluator reads in this archive" instead of inventing states.
 """
 
@@ -15,8 +15,8 @@ from draligned.analysis.adapters import QueryLog
 from draligned.analysis.rows import StateRow
 
 STATES_SQL = """
-SELECT run_id, evaluator_id, phase, document, axis, state, reason
-FROM states WHERE evaluator_id = ? ORDER BY run_id, phase, document, axis
+SELECT run_id, evaluator_id, phase, document, axis_id AS axis, state, reason
+FROM states WHERE evaluator_id = ? ORDER BY run_id, phase, document, axis_id
 """.strip()
 
 

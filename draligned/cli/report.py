@@ -10,13 +10,16 @@ from draligned.analysis.plan import PlanError, load_plan
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEMO_PLAN = REPO_ROOT / "analysis" / "demo.toml"
+DEMO_EVALUATOR = "sim-lexical-v1"
+"""Evaluator id of the offline simulator evaluator (issue 5's evaluators/sim.toml)."""
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("report", help="write the audit report (md, html, CSV, Parquet) of an archive")
     p.add_argument("archive", help="archive root")
     p.add_argument("--plan", default=str(DEMO_PLAN), help="analysis plan TOML (default: analysis/demo.toml)")
-    p.add_argument("--evaluator", default="sim", help="evaluator id whose states are read (default: sim)")
+    p.add_argument("--evaluator", default=DEMO_EVALUATOR,
+                   help=f"evaluator id whose states are read (default: {DEMO_EVALUATOR})")
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--show-sql", action="store_true", help="print every query the report ran")
     p.set_defaults(func=cmd_report)

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from draligned.cards import CardError
-from draligned.cli.report import DEMO_PLAN, make_report
+from draligned.cli.report import DEMO_EVALUATOR, DEMO_PLAN, make_report
 from draligned.harness import ContractError
 from draligned.models import ModelError
 from draligned.runner import StudyResult, run_study
@@ -71,10 +71,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
     code, result = _execute(DEMO_STUDY, archive)
     if result is None:
         return code
-    html = make_report(archive, DEMO_PLAN, "sim", out / "report")
+    html = make_report(archive, DEMO_PLAN, DEMO_EVALUATOR, out / "report")
     print(f"\nArchive: {archive}\nReport:  {html}\nNext:\n"
           f"  draligned archive verify {archive}\n"
           f"  draligned archive ls {archive}\n"
           f"  draligned archive stats {archive} --json\n"
-          f"  draligned report {archive} --plan {DEMO_PLAN} --evaluator sim --out {out / 'report'} --show-sql")
+          f"  draligned report {archive} --plan {DEMO_PLAN} --evaluator {DEMO_EVALUATOR} "
+          f"--out {out / 'report'} --show-sql")
     return code
