@@ -1,8 +1,8 @@
 """Pair matrices (paper Figure 2, Table 22): arm a state x arm b state counts per phase.
 
 For each pair the two arms' states on the changed factor are crossed. Summary shares use all
-pairs of the group as denominator: both OWN (the conditions are distinguished), identical
-states (coincide), either UNKNOWN, either absent (NO_RUN, NOT_READ, NO_DOCUMENT, MISSING).
+pairs of the group as denominator: both OWN (the conditions are distinguished), the same
+directional state in both arms (coincide), either UNKNOWN, either absent (NO_RUN, NOT_READ, NO_DOCUMENT, MISSING).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 from draligned.analysis.pairs import Pair, StateIndex
 from draligned.analysis.plan import Plan
-from draligned.analysis.rows import ABSENT
+from draligned.analysis.rows import ABSENT, DIRECTIONAL
 from draligned.analysis.table import Table, share
 
 GROUPINGS = ("all", "card", "model", "harness")
@@ -43,7 +43,7 @@ def pair_matrices(pairs: list[Pair], indexes: dict[str, StateIndex], plan: Plan)
                     t = totals.setdefault(key, Counter())
                     t["pairs"] += 1
                     t["both_own"] += a == b == "OWN"
-                    t["coincide"] += a == b
+                    t["coincide"] += a == b and a in DIRECTIONAL
                     t["either_unknown"] += "UNKNOWN" in (a, b)
                     t["either_absent"] += a in ABSENT or b in ABSENT
     order = {e: i for i, e in enumerate(indexes)}
@@ -72,7 +72,7 @@ def pair_matrices(pairs: list[Pair], indexes: dict[str, StateIndex], plan: Plan)
     summary = Table(
         name="pair_summary", title="Pair matrices: distinguished, coinciding, unknown, absent",
         note="Denominator: pairs in the group. both_own = both arms OWN (conditions distinguished); "
-             "coincide = identical states; either_unknown = at least one UNKNOWN; either_absent = at least "
+             "coincide = the same directional state (OWN/OTHER/BOTH/NONE) in both arms; either_unknown = at least one UNKNOWN; either_absent = at least "
              "one of NO_RUN, NOT_READ, NO_DOCUMENT, MISSING.",
         columns=keys + ["pairs", "both_own", "both_own_share", "coincide", "coincide_share",
                         "either_unknown", "either_unknown_share", "either_absent", "either_absent_share"],
