@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from draligned.analysis.plan import PlanError, load_plan
+from draligned.archive import ArchiveError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEMO_PLAN = REPO_ROOT / "analysis" / "demo.toml"
@@ -46,7 +47,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         return 2
     try:
         html = make_report(args.archive, args.plan, args.evaluator, args.out, args.show_sql)
-    except PlanError as exc:
+    except (PlanError, ArchiveError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(f"Report: {html}\n        {Path(html).with_name('report.md')}\n        {Path(html).parent / 'tables'}")
