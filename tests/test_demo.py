@@ -16,6 +16,12 @@ pytestmark = needs_bwrap  # the demo covers H-W and H-D, whose shell needs bubbl
 def test_demo_end_to_end_and_rerun_is_free(tmp_path, capsys):
     out = tmp_path / "demo"
     assert main(["demo", "--out", str(out)]) == 0
+    report = out / "report" / "report.html"
+    assert f"Report:  {report}" in capsys.readouterr().out and report.exists()
+    html = report.read_text()
+    assert "No evaluator reads in this archive" not in html and "sim-lexical-v1" in html
+    final_matrix = (out / "report" / "tables").glob("*pair_matri*.csv")
+    assert any("OWN" in p.read_text() for p in final_matrix)
     archive = Archive(out / "archive")
     assert verify_archive(archive) == []
     assert main(["archive", "stats", str(archive.root), "--json"]) == 0

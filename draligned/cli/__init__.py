@@ -6,7 +6,7 @@ import argparse
 import importlib
 
 # Each module defines ``register(subparsers)`` and sets ``func`` on its parsers.
-_COMMAND_MODULES = ("cards", "run", "archive", "evaluate", "cess", "sandbox")
+_COMMAND_MODULES = ("cards", "run", "archive", "evaluate", "cess", "report", "sandbox")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -12,6 +12,7 @@ from rich.table import Table
 
 from draligned.cards import CardError
 from draligned.cli.evaluate import print_pair_matrix, run_read
+from draligned.cli.report import DEMO_PLAN, make_report
 from draligned.evaluator.config import load_evaluator
 from draligned.evaluator.states import pair_cells, state_rows
 from draligned.harness import ContractError
@@ -88,9 +89,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
     summary = run_read(result.archive, DEMO_EVALUATOR)
     evaluator_id = load_evaluator(DEMO_EVALUATOR).evaluator_id
     print_pair_matrix(pair_cells(result.archive, state_rows(result.archive, evaluator_id)), "final")
-    print(f"\nArchive: {archive}\nNext:\n"
+    html = make_report(archive, DEMO_PLAN, evaluator_id, out / "report")
+    print(f"\nArchive: {archive}\nReport:  {html}\nNext:\n"
           f"  draligned archive verify {archive}\n"
           f"  draligned archive ls {archive}\n"
           f"  draligned archive stats {archive} --json\n"
-          f"  draligned states {archive} --evaluator {evaluator_id} --json")
+          f"  draligned states {archive} --evaluator {evaluator_id} --json\n"
+          f"  draligned report {archive} --plan {DEMO_PLAN} --evaluator {evaluator_id} "
+          f"--out {out / 'report'} --show-sql")
     return code or (1 if summary.model_errors else 0)

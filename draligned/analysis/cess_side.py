@@ -1,0 +1,104 @@
+"""CESS side by side with the Opened Mean, per arm and per pair.
+
+The Opened Mean describes what a run opened; the CESS estimate targets the pool the run could
+search (CESS paper). They are different estimands and are shown next to each other, never
+subtracted. Pair differences are arm b minus arm a over pairs where both arms have the value;
+CIs are percentile cluster bootstraps (clusters: pairs or cards, from the plan).
+"""
+
+from __future__ import annotations
+
+from statistics import mean
+
+import numpy as np
+
+from draligned.analysis.pairs import Pair, finished_runs
+from draligned.analysis.plan import Cess
+from draligned.analysis.rows import CessRow, Row, RunRow
+from draligned.analysis.table import Table
+
+
+class Interval(Row):
+    """A mean with its bootstrap interval."""
+
+    n: int
+    """Units in the mean."""
+    mean: float | None
+    """Mean (None with no units)."""
+    low: float | None
+    """Lower bound."""
+    high: float | None
+    """Upper bound."""
+
+
+def cluster_bootstrap(values: list[float], clusters: list[str], cfg: Cess) -> Interval:
+    """Mean of ``values`` with a percentile CI resampling whole clusters with replacement."""
+    if not values:
+        return Interval(n=0, mean=None, low=None, high=None)
+    ids = sorted(set(clusters))
+    groups = [np.array([v for v, c in zip(values, clusters) if c == i]) for i in ids]
+    sums, sizes = np.array([g.sum() for g in groups]), np.array([len(g) for g in groups])
+    rng = np.random.default_rng(cfg.seed)
+    draws = rng.integers(0, len(ids), size=(cfg.bootstrap, len(ids)))
+    boot = sums[draws].sum(axis=1) / sizes[draws].sum(axis=1)
+    alpha = (1 - cfg.confidence) / 2
+    return Interval(n=len(values), mean=round(float(np.mean(values)), 4),
+                    low=round(float(np.quantile(boot, alpha)), 4), high=round(float(np.quantile(boot, 1 - alpha)), 4))
+
+
+def _r(x: float | None) -> float | None:
+    return None if x is None else round(x, 4)
+
+
+def cess_by_arm(runs: list[RunRow], cess: dict[str, CessRow]) -> Table:
+    """Per card, arm, model and harness: Opened Mean and CESS (point estimates; intervals counted)."""
+    groups: dict[tuple, list[RunRow]] = {}
+    for r in finished_runs(runs).values():
+        groups.setdefault((r.card_id, r.arm, r.model, r.harness), []).append(r)
+    rows = []
+    for key, rs in sorted(groups.items()):
+        got = [cess[r.run_id] for r in rs if r.run_id in cess]
+        points = [c.estimate for c in got if c.estimate is not None]
+        ivs = [c for c in got if c.estimate is None and c.interval_low is not None]
+        rows.append(list(key) + [len(rs), len(got), _r(mean(c.opened_mean for c in got)) if got else None,
+                                 len(points), _r(mean(points)) if points else None, len(ivs),
+                                 _r(mean(c.interval_low for c in ivs)) if ivs else None,
+                                 _r(mean(c.interval_high for c in ivs)) if ivs else None])
+    has_data = any(r[5] for r in rows)
+    return Table(
+        name="cess_by_arm", title="Opened Mean and CESS per arm (different estimands)",
+        note="runs: finished runs of the cell; with_cess: runs with a CESS row. cess_mean averages point "
+             "estimates only; runs where the support interval applies are counted in interval_runs with mean "
+             "bounds. Opened Mean = what was opened; CESS = the searchable pool.",
+        columns=["card_id", "arm", "model", "harness", "runs", "with_cess", "opened_mean", "cess_points",
+                 "cess_mean", "interval_runs", "interval_low_mean", "interval_high_mean"],
+        rows=rows if has_data else [], computed_by="draligned.analysis.cess_side.cess_by_arm",
+        empty_reason=None if has_data else "no CESS estimates for these runs (plan cess.source)")
+
+
+def cess_by_pair(pairs: list[Pair], cess: dict[str, CessRow], cfg: Cess) -> Table:
+    """Per comparison: Opened Mean difference next to the CESS difference, with cluster-bootstrap CIs."""
+    by_comp: dict[str, list[Pair]] = {}
+    for p in pairs:
+        if p.run_a and p.run_b and p.run_a.run_id in cess and p.run_b.run_id in cess:
+            by_comp.setdefault(p.comparison, []).append(p)
+    rows = []
+    for comp, ps in sorted(by_comp.items()):
+        def cluster(p: Pair) -> str:
+            return p.card_id if cfg.cluster == "card" else f"{p.card_id}/{p.model}/{p.harness}/{p.seed}/{p.axis}"
+        om = cluster_bootstrap([cess[p.run_b.run_id].opened_mean - cess[p.run_a.run_id].opened_mean for p in ps],
+                               [cluster(p) for p in ps], cfg)
+        pts = [p for p in ps if cess[p.run_a.run_id].estimate is not None and cess[p.run_b.run_id].estimate is not None]
+        ce = cluster_bootstrap([cess[p.run_b.run_id].estimate - cess[p.run_a.run_id].estimate for p in pts],
+                               [cluster(p) for p in pts], cfg)
+        rows.append([comp, om.n, om.mean, om.low, om.high, ce.n, ce.mean, ce.low, ce.high, len(ps) - len(pts)])
+    level = round(cfg.confidence * 100)
+    return Table(
+        name="cess_by_pair", title=f"Arm difference (b - a): Opened Mean next to CESS, {level}% cluster-bootstrap CIs",
+        note=f"Pairs with CESS rows for both arms. CESS difference only over pairs where both arms have a point "
+             f"estimate (pairs_interval_only counts the rest). Clusters: {cfg.cluster}; {cfg.bootstrap} "
+             f"replicates, seed {cfg.seed}. The two differences are different estimands.",
+        columns=["comparison", "om_pairs", "om_diff", "om_low", "om_high", "cess_pairs", "cess_diff", "cess_low",
+                 "cess_high", "pairs_interval_only"],
+        rows=rows, computed_by="draligned.analysis.cess_side.cess_by_pair",
+        empty_reason=None if rows else "no pair has CESS estimates for both arms")

@@ -1,0 +1,142 @@
+"""Write a report: report.md, a self-contained report.html, figures and every table as CSV + Parquet."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+import duckdb
+
+from draligned.analysis import plots
+from draligned.analysis.build import Report
+from draligned.analysis.plan import Plan
+from draligned.analysis.page import render_html
+from draligned.analysis.table import Table, fmt
+
+SHOWN_ROWS = 40
+"""Rows shown per table in report.md/html; the CSV always has all of them."""
+
+
+def figures(report: Report, plan: Plan) -> dict[str, bytes]:
+    """Every figure a section names, as PNG bytes."""
+    t = report.tables.get
+    return {
+        "pair_heatmaps": plots.pair_heatmaps(t("pair_matrix"), report.identity.evaluator_id, plan.comparisons.primary),
+        "state_distribution": plots.state_distribution(t("state_distribution")),
+        "retention_flows": plots.retention_flows(t("retention_flows")),
+        "text_change": plots.text_change(t("text_change")),
+        "process_counts": plots.process_counts(t("process_by_arm")),
+        "cess_vs_opened": plots.cess_vs_opened(t("cess_by_arm")),
+    }
+
+
+def _sql_type(values: list[Any]) -> str:
+    present = [v for v in values if v is not None]
+    if present and all(isinstance(v, bool) for v in present):
+        return "BOOLEAN"
+    if present and all(isinstance(v, int) and not isinstance(v, bool) for v in present):
+        return "BIGINT"
+    if present and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in present):
+        return "DOUBLE"
+    return "VARCHAR"
+
+
+def export_tables(report: Report, out: Path) -> None:
+    """tables/<name>.csv and .parquet through DuckDB (the Parquet key-value metadata carries the plan,
+    evaluator and archive hashes), and tables/manifest.json with identity, definitions and SQL."""
+    out.mkdir(parents=True, exist_ok=True)
+    con = duckdb.connect()
+    try:
+        for name, table in report.tables.items():
+            cols = [f'"{c}" {_sql_type([r[i] for r in table.rows])}' for i, c in enumerate(table.columns)]
+            con.execute(f'CREATE OR REPLACE TABLE "{name}" ({", ".join(cols)})')
+            if table.rows:
+                con.executemany(f'INSERT INTO "{name}" VALUES ({", ".join("?" * len(table.columns))})',
+                                [[str(v) if t.endswith("VARCHAR") and v is not None else v
+                                  for v, t in zip(r, cols)] for r in table.rows])
+            ident = report.identity
+            meta = ", ".join(f"{k}: '{str(v).replace(chr(39), chr(39) * 2)}'" for k, v in (
+                ("plan_sha256", ident.plan_sha256), ("evaluator_id", ident.evaluator_id),
+                ("archive_sha256", ident.archive_sha256), ("table_name", name)))
+            for kind in ("csv", "parquet"):
+                target = str(out / f"{name}.{kind}").replace("'", "''")
+                opts = "FORMAT CSV, HEADER" if kind == "csv" else f"FORMAT PARQUET, KV_METADATA {{{meta}}}"
+                con.execute(f"COPY \"{name}\" TO '{target}' ({opts})")
+    finally:
+        con.close()
+    manifest = {"identity": report.identity.model_dump(), "states_available": report.states_available,
+                "tables": {n: {"title": t.title, "note": t.note, "columns": t.columns, "rows": len(t.rows),
+                               "computed_by": t.computed_by, "sql": t.sql, "empty_reason": t.empty_reason}
+                           for n, t in report.tables.items()}}
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=1, ensure_ascii=False) + "\n")
+
+
+def highlights(report: Report) -> list[tuple[str, str, str]]:
+    """(value, label, detail) headline numbers for the top of the report."""
+    t = report.tables
+    out = []
+    cov = t["coverage_runs"].records()
+    done, started = sum(r["completed"] for r in cov), sum(r["attempts"] for r in cov)
+    out.append((f"{done}/{started}", "runs completed / started", f"{len(cov)} stud{'y' if len(cov) == 1 else 'ies'}"))
+    pairs = t["coverage_pairs"].records()
+    out.append((str(sum(r["both_runs"] for r in pairs)), "pairs with both arms",
+                f"of {sum(r['pairs'] for r in pairs)} formed"))
+    if "pair_summary" in t:
+        s = [r for r in t["pair_summary"].records() if r["group_by"] == "all"
+             and r["evaluator"] == report.identity.evaluator_id and r["phase"] == "final"]
+        n, own = sum(r["pairs"] for r in s), sum(r["both_own"] for r in s)
+        out.append((f"{own}/{n}", "final pairs both OWN", "conditions distinguished"))
+    else:
+        out.append(("—", "directional states", "no evaluator reads in this archive"))
+    tc = [r["text_change"] for r in t["text_change"].records()]
+    if tc:
+        out.append((f"{median(tc):.2f}", "median draft→final text change", "1 − Jaccard of word shingles"))
+    prov = t["provenance"].records()[0]
+    out.append((fmt(prov["share"]), "return units linked into first draft", f"{prov['linked']}/{prov['total']}"))
+    return out
+
+
+def _md_table(table: Table) -> list[str]:
+    if not table.rows:
+        return [f"*Empty: {table.empty_reason or 'no rows'}.*"]
+    rows, note = table.shown_rows(SHOWN_ROWS)
+    lines = ["| " + " | ".join(table.columns) + " |", "|" + "---|" * len(table.columns)]
+    lines += ["| " + " | ".join(fmt(v) for v in r) + " |" for r in rows]
+    return lines + ([f"\n*{note}.*"] if note else [])
+
+
+def render_markdown(report: Report) -> str:
+    """report.md: identity, highlights, sections with figures (files) and tables."""
+    i = report.identity
+    lines = [f"# draligned audit report — {i.plan_name}", "",
+             f"- plan: `{i.plan_path}` sha256 `{i.plan_sha256}`", f"- evaluator: `{i.evaluator_id}`",
+             f"- archive: `{i.archive_path}` sha256 `{i.archive_sha256}` "
+             f"({i.runs_in_subset} of {i.runs_in_archive} run attempts in the plan's subset)", ""]
+    if i.index_warning:
+        lines += [f"> **Warning: {i.index_warning}**", ""]
+    lines += [f"- **{v}** {label} ({detail})" for v, label, detail in highlights(report)] + [""]
+    for s in report.sections:
+        lines += [f"## {s.title}", "", s.intro, ""]
+        if s.notice:
+            lines += [f"> **{s.notice.strip()}**", ""]
+        lines += [f"![{f}](figures/{f}.png)\n" for f in s.figures]
+        for name in s.tables:
+            t = report.tables[name]
+            lines += [f"### {t.title}", "", f"*{t.note}*", ""] + _md_table(t)
+            lines += ["", f"<sub>{i.line()} · `{t.computed_by}` · tables/{name}.csv</sub>", ""]
+    return "\n".join(lines) + "\n"
+
+
+def write_report(report: Report, plan: Plan, out: str | Path) -> dict[str, Path]:
+    """Write every output under ``out``; returns the main paths."""
+    out = Path(out)
+    (out / "figures").mkdir(parents=True, exist_ok=True)
+    figs = figures(report, plan)
+    for name, data in figs.items():
+        (out / "figures" / f"{name}.png").write_bytes(data)
+    export_tables(report, out / "tables")
+    (out / "report.md").write_text(render_markdown(report), encoding="utf-8")
+    (out / "report.html").write_text(render_html(report, figs, highlights(report), SHOWN_ROWS), encoding="utf-8")
+    return {"md": out / "report.md", "html": out / "report.html", "tables": out / "tables"}
