@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from draligned.archive.index import connect
 from draligned.harness import load_contract
 from draligned.records import DraftEvent, FinalEvent, NoticeEvent, SnapshotEvent, ToolCallEvent
 from draligned.sandbox import SandboxLimits
@@ -117,6 +118,9 @@ class TestHW:
         assert [n.code for n in of_type(rec, NoticeEvent)] == ["draft_final_identity_structural"]
         kinds = {kind for _, kind in rec.blob_refs()}
         assert {"snapshot_manifest", "workspace_file"} <= kinds
+        with connect(archive) as con:
+            rows = con.execute("SELECT role, blob FROM events WHERE type = 'snapshot' ORDER BY seq").fetchall()
+        assert rows == [("executor", s.manifest_blob) for s in snaps]
 
     def test_final_is_the_submitted_file_even_when_it_is_not_the_deliverable(self, tmp_path):
         rec, archive = run_harness(tmp_path, "H-W", ScriptedModel([

@@ -15,7 +15,8 @@ import duckdb
 
 from draligned.archive.store import Archive
 from draligned.records import (
-    DraftEvent, FinalEvent, ModelAttemptEvent, ModelCallEvent, NoticeEvent, RunRecord, ToolCallEvent,
+    DraftEvent, FinalEvent, ModelAttemptEvent, ModelCallEvent, NoticeEvent, RunRecord, SnapshotEvent,
+    ToolCallEvent,
 )
 
 SCHEMA = """
@@ -71,6 +72,8 @@ def _event_rows(r: RunRecord) -> list[tuple]:
             row.update(code=ev.code)
         elif isinstance(ev, ModelAttemptEvent):
             row.update(role=ev.role, code=ev.attempt.error, error=ev.attempt.detail)
+        elif isinstance(ev, SnapshotEvent):
+            row.update(role=ev.role, blob=ev.manifest_blob)
         rows.append((r.run_id, seq, ev.event_id, ev.type, row["role"], row["tool"],
                      row["request_text"], row["blob"], row["chars"], row["version"], row["error"],
                      row["code"], row["model_echo"], row["finish_reason"], row["input_tokens"],
