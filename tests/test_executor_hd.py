@@ -9,7 +9,7 @@ import pytest
 
 from draligned.executors import Budget
 from draligned.harness import load_contract
-from draligned.records import DelegateEvent, FinalEvent, ModelCallEvent, SnapshotEvent, ToolCallEvent
+from draligned.records import DelegateEvent, FinalEvent, ModelCallEvent, SnapshotEvent, ToolCallEvent, Usage
 from tests.harness_helpers import USER, needs_bwrap, of_type, returns, run_harness
 from tests.scripted import ScriptedModel, call, reply
 
@@ -107,3 +107,21 @@ def test_budget_spent_by_workers_stops_the_root(tmp_path):
     assert len(model.seen) == 6 and len(model.replies) == 1  # the root made no further call
     (ev,) = of_type(rec, DelegateEvent)
     assert [w.status for w in ev.workers] == ["budget_exhausted"]  # the second worker never started
+
+
+def test_tokens_spent_by_workers_stop_the_root_and_wall_time_is_on_the_ledger(tmp_path):
+    heavy = Usage(input_tokens=150, output_tokens=50)
+    model = ScriptedModel([
+        reply(calls=[call("write_file", "r1", path="notes.md", content="notes")]),
+        reply(calls=[call("delegate_batch", "r2", tasks=TASKS)]),
+        reply(calls=[call("search", "a1", query="kyoto")]).model_copy(update={"usage": heavy}),
+        reply(text="never sent"),
+    ])
+    rec, _ = run_harness(tmp_path, "H-D", model, Budget(max_tokens=100))
+    (ev,) = of_type(rec, DelegateEvent)
+    assert [(w.status, w.status_reason) for w in ev.workers] == [("budget_exhausted", "token budget spent")]
+    assert rec.status == "budget_exhausted" and len(model.seen) == 3 and rec.final_blob is None
+    (tmp_path / "wall").mkdir()
+    rec, _ = run_harness(tmp_path / "wall", "H-W", ScriptedModel([reply(text="never sent")]), Budget(max_wall_s=0))
+    assert (rec.status, rec.status_reason, rec.counters.model_calls) == ("budget_exhausted", "wall-time budget spent", 0)
+    assert Budget().model_dump() == {"max_model_calls": 30, "max_tool_calls": 60}  # unset limits keep slot ids

@@ -11,11 +11,12 @@ worker context's text-only reply is returned to its caller instead of becoming t
 from __future__ import annotations
 
 import datetime as dt
+import time
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable
 
 import jsonschema
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
 
 from draligned.archive import Archive
 from draligned.harness import LoadedContract
@@ -42,18 +43,40 @@ class Budget(BaseModel):
     """Model calls allowed in the run (root and workers together)."""
     max_tool_calls: int = 60
     """Tool calls allowed in the run (root and workers together)."""
+    max_tokens: int | None = None
+    """Input plus output tokens allowed in the run (root and workers together); None: no limit."""
+    max_wall_s: int | None = None
+    """Wall-clock seconds from the start of the run after which no model call is made; None: no limit."""
+
+    @model_serializer(mode="wrap")
+    def _omit_unset_limits(self, handler: SerializerFunctionWrapHandler) -> dict[str, int]:
+        """Unset (None) limits are left out, so the slot ids of studies that do not set them are unchanged."""
+        return {k: v for k, v in handler(self).items() if v is not None}
 
 
 @dataclass
 class Ledger:
-    """One shared count of model and tool calls; when spent, everything stops."""
+    """One shared count of model calls, tool calls, tokens and wall time; when spent, everything stops."""
 
     budget: Budget
     model_calls: int = 0
     tool_calls: int = 0
+    tokens: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+    def model_budget_spent(self) -> str | None:
+        """Why no further model call may be made, or None while one may."""
+        b = self.budget
+        if self.model_calls >= b.max_model_calls:
+            return "model-call budget spent"
+        if b.max_tokens is not None and self.tokens >= b.max_tokens:
+            return "token budget spent"
+        if b.max_wall_s is not None and time.monotonic() - self.started >= b.max_wall_s:
+            return "wall-time budget spent"
+        return None
 
     def can_call_model(self) -> bool:
-        return self.model_calls < self.budget.max_model_calls
+        return self.model_budget_spent() is None
 
     def can_call_tool(self) -> bool:
         return self.tool_calls < self.budget.max_tool_calls
@@ -226,14 +249,15 @@ class Loop:
         """Returns (status, reason, final text)."""
         s = self.setup
         while True:
-            if not s.ledger.can_call_model():
-                return "budget_exhausted", "model-call budget spent", None
+            if (spent := s.ledger.model_budget_spent()) is not None:
+                return "budget_exhausted", spent, None
             try:
                 reply = await s.model.generate(self.messages, self.tools, s.seed)
             except ModelError as exc:
                 self.writer.attempts(exc.attempts, self.role)
                 return "failed", f"model error: {exc}", None
             s.ledger.model_calls += 1
+            s.ledger.tokens += reply.usage.input_tokens + reply.usage.output_tokens
             decl = s.model.declaration
             violations = decl.checks.violations(reply)
             self.writer.model_call(reply, self.role, violations, decl.price.cost(reply.usage) if decl.price else None)
