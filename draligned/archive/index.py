@@ -14,7 +14,10 @@ from pathlib import Path
 import duckdb
 
 from draligned.archive.store import Archive
-from draligned.records import DraftEvent, FinalEvent, ModelCallEvent, NoticeEvent, RunRecord, ToolCallEvent
+from draligned.cess.archive_runs import CESS_RUNS_DDL, cess_rows, pool_runs
+from draligned.records import (
+    DraftEvent, FinalEvent, ModelCallEvent, NoticeEvent, PoolRoundEvent, RunRecord, ToolCallEvent,
+)
 
 SCHEMA = """
 CREATE TABLE runs (
@@ -65,6 +68,8 @@ def _event_rows(r: RunRecord) -> list[tuple]:
             row.update(blob=ev.blob, chars=ev.chars, code=ev.delivered_by)
         elif isinstance(ev, NoticeEvent):
             row.update(code=ev.code)
+        elif isinstance(ev, PoolRoundEvent):
+            row.update(request_text=ev.query, blob=ev.probs_blob)
         rows.append((r.run_id, seq, ev.event_id, ev.type, row["role"], row["tool"],
                      row["request_text"], row["blob"], row["chars"], row["version"], row["error"],
                      row["code"], row["model_echo"], row["finish_reason"], row["input_tokens"],
@@ -100,11 +105,15 @@ def rebuild_index(archive: Archive) -> Path:
     con = duckdb.connect(str(tmp))
     try:
         con.execute(SCHEMA)
+        con.execute(CESS_RUNS_DDL)
         with tempfile.TemporaryDirectory(dir=archive.root, prefix=".index-") as scratch:
             _bulk_insert(con, "runs", [_run_row(r) for r in ordered], Path(scratch))
             _bulk_insert(con, "events", [row for r in ordered for row in _event_rows(r)], Path(scratch))
             _bulk_insert(con, "artifacts", [(sha, kind, run, _size(archive, sha)) for sha, kind, run in arts],
                          Path(scratch))
+            # Per-run CESS pool estimates, derived from the pool events and blobs (see cess.archive_runs).
+            _bulk_insert(con, "cess_runs", [tuple(row.model_dump().values())
+                                            for row in cess_rows(pool_runs(archive, ordered))], Path(scratch))
     finally:
         con.close()
     os.replace(tmp, target)

@@ -14,14 +14,14 @@ Each round is logged in the trajectory format of :mod:`draligned.cess.trajectory
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from draligned.cess.text import TfidfIndex
+from draligned.cess.text import TfidfIndex, tokenize
 from draligned.cess.trajectory import Ranking, Trajectory, TrajectoryPool, TrajectoryRound
 
 _STREAMS = {"select": 0, "stop": 1}
@@ -139,10 +139,10 @@ class PoolIndex:
     vectors: np.ndarray
 
     @classmethod
-    def build(cls, pool: CandidatePool) -> PoolIndex:
-        """Index title + text of every document."""
+    def build(cls, pool: CandidatePool, tokenizer: Callable[[str], list[str]] = tokenize) -> PoolIndex:
+        """Index title + text of every document (study pools pass the corpus's CJK-aware tokenizer)."""
         texts = [f"{d.title} {d.text}" for d in pool.documents]
-        tfidf = TfidfIndex.fit(texts)
+        tfidf = TfidfIndex.fit(texts, tokenizer=tokenizer)
         return cls(pool, tfidf, tfidf.transform(texts))
 
     @property

@@ -33,7 +33,7 @@ from draligned.executors.base import next_event_id
 from draligned.hashing import sha256_json
 from draligned.records import DraftEvent, PoolRoundEvent, RunRecord, SearchCondition, Slot
 from draligned.tools.acquisition import SearchBackend, SearchSpent
-from draligned.tools.corpus import Corpus, CorpusDocument, SearchHit, load_corpus
+from draligned.tools.corpus import Corpus, CorpusDocument, SearchHit, load_corpus, tokenize
 from draligned.tools.pool_file import LoadedPool, load_pool
 
 SPENT_MESSAGE = (
@@ -178,5 +178,6 @@ def open_search(spec: SearchSpec, corpus_path: Path | None, pool_paths: dict[str
             raise ValueError(f"{pool.path}: pro/anti rankings need a score for every document (card {card})")
     identity = {"pools": {c: p.sha256 for c, p in pools.items()},
                 "controller": spec.controller.model_dump(mode="json", exclude={"selection", "stopping"})}
-    indexes = {card: PoolIndex.build(pool.candidates) for card, pool in pools.items()}
+    # The corpus tokenizer: CJK bigrams and "6,000" == "6000", as in corpus search.
+    indexes = {card: PoolIndex.build(pool.candidates, tokenize) for card, pool in pools.items()}
     return StudySearch(spec, sha256_json(identity), None, pools, indexes)
