@@ -13,6 +13,10 @@ from draligned.records import ToolCallEvent
 def test_demo_end_to_end_and_rerun_is_free(tmp_path, capsys):
     out = tmp_path / "demo"
     assert main(["demo", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "Pool estimates per arm" in printed and "dOpened (effect)" in printed  # part 2: CESS over pools
+    pool_archive = Archive(out / "pool-archive")
+    assert verify_archive(pool_archive) == [] and len(pool_archive.records()) == 80
     archive = Archive(out / "archive")
     assert verify_archive(archive) == []
     assert main(["archive", "stats", str(archive.root), "--json"]) == 0

@@ -53,6 +53,9 @@ def pairs_text(report: PairsReport) -> str:
              _table(("selection/stopping/ranking", "pairs", "cards", "dOpened (effect) [95% CI]",
                      "dCESS (same target) [95% CI]"),
                     [(c.cell, c.pairs, c.cards, _ci(c.opened_diff), _ci(c.cess_diff)) for c in report.cells])]
+    cards = max((c.cards for c in report.cells), default=0)
+    if 0 < cards < 5:
+        parts.append(f"(only {cards} card(s): with so few clusters the bootstrap CIs are not informative)")
     if report.intervention:
         parts += ["", "2x2 selection x stopping intervention (Eqs. 3-4; paired blocks: card, arm, model, "
                       "harness, seed, ranking)",
