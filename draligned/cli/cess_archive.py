@@ -57,8 +57,8 @@ def pairs_text(report: PairsReport) -> str:
     if 0 < cards < 5:
         parts.append(f"(only {cards} card(s): with so few clusters the bootstrap CIs are not informative)")
     if report.intervention:
-        parts += ["", "2x2 selection x stopping intervention (Eqs. 3-4; paired blocks: card, arm, model, "
-                      "harness, seed, ranking)",
+        parts += ["", ("2x2 selection x stopping intervention (Eqs. 3-4; paired blocks: card, arm, model, "
+                       "harness, seed, ranking)"),
                   _table(("effect", "on", "blocks", "value [95% CI]"),
                          [(e.effect, e.estimand, e.blocks, _ci(e.value)) for e in report.intervention])]
     return "\n".join(parts)

@@ -81,8 +81,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def _demo_pool(archive: Path) -> int:
     """The pool-search demo: CESS pool estimates per arm and the P/Q pair table."""
-    from draligned.cli.cess_archive import load_cess_runs, pairs_text, pool_estimates_text
     from draligned.cess.pairs import pairs_report
+    from draligned.cli.cess_archive import load_cess_runs, pairs_text, pool_estimates_text
 
     print("\ndraligned demo, part 2: logged candidate-pool search (CESS) with the same simulator.",
           file=sys.stderr)

@@ -1,14 +1,12 @@
-"""A small pool-search study over the travel demo pool, run once per test session."""
+"""A small pool-search study over the travel demo pool, and readers of its records."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from draligned.archive import Archive
 from draligned.records import PoolRoundEvent, RunRecord
-from tests.study_helpers import REPO, run, write_study
+from tests.study_helpers import REPO, write_study
 
 POOL = REPO / "corpora" / "demo" / "pool_travel_budget.jsonl"
 POOL_SEARCH = f"""
@@ -36,18 +34,6 @@ def write_pool_study(tmp: Path, seeds: int = 2) -> Path:
     lines = path.read_text().splitlines()
     path.write_text("\n".join(line for line in lines if not line.startswith("corpus =")))  # pools only
     return path
-
-
-@pytest.fixture(scope="session")
-def pool_study(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_pool_study(tmp_path_factory.mktemp("pool-study"))
-
-
-@pytest.fixture(scope="session")
-def pool_archive(pool_study: Path) -> Archive:
-    result = run(pool_study)
-    assert result.statuses["completed"] == result.slots == 16
-    return result.archive
 
 
 def pool_records(archive: Archive) -> list[RunRecord]:

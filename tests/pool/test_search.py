@@ -11,13 +11,19 @@ import pytest
 from draligned.archive import Archive
 from draligned.cess.pool import ControllerConfig, PoolController, PoolIndex
 from draligned.executors.base import RunWriter, new_record
-from draligned.records import PoolRoundEvent, RunRecord, SearchCondition, Slot, ToolCallEvent
+from draligned.records import (
+    PoolRoundEvent,
+    RunRecord,
+    SearchCondition,
+    Slot,
+    ToolCallEvent,
+)
 from draligned.study import StudyError, load_study
 from draligned.tools.acquisition import SearchSpent
 from draligned.tools.corpus import tokenize
 from draligned.tools.pool_file import PoolFileError, load_pool
 from draligned.tools.pool_search import SPENT_MESSAGE, PoolSearchBackend, pair_seed
-from tests.pool_helpers import POOL, pool_archive, pool_records, pool_study, rounds_of  # noqa: F401 (fixtures)
+from tests.pool.helpers import POOL, pool_records, rounds_of
 
 EPSILON, N_DOCS, K = 0.2, 20, 3
 

@@ -17,7 +17,6 @@ from draligned.cess.trajectory import load_trajectories
 from draligned.cli import main
 from draligned.cli.cess_archive import load_cess_runs
 from draligned.records import PoolRoundEvent
-from tests.pool_helpers import pool_archive, pool_study  # noqa: F401 (fixtures)
 
 ESTIMATES = ("opened_mean", "outcome_regression", "ipw_raw", "dr_raw", "cess", "cess_clip_then_shrink",
              "cess_opened_anchor", "ess", "max_weight", "theta_star")
