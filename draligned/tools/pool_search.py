@@ -73,8 +73,8 @@ class SearchSpec(BaseModel):
             values = getattr(self, name)
             if not values or len(set(values)) != len(values):
                 raise ValueError(f"{name} must list distinct values")
-        if self.backend == "pool" and not self.pools:
-            raise ValueError("backend 'pool' needs [search.pools] (card id = pool file)")
+        if (self.backend == "pool") != bool(self.pools):
+            raise ValueError("[search.pools] (card id = pool file) is required with backend 'pool' and only then")
         return self
 
     def conditions(self) -> list[SearchCondition | None]:
