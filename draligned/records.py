@@ -291,13 +291,56 @@ class DelegateEvent(Record):
     """The batch's workers, in task order."""
 
 
+class PoolRoundEvent(Record):
+    """One round of logged candidate-pool search (CESS paper, Eq. 5): the controller's full
+    probability vector, the sampled document and the stop decision, so the run's trajectory
+    and its pool estimates can be rebuilt from the record alone."""
+
+    type: Literal["pool_round"] = "pool_round"
+    event_id: str
+    """Sequential id within the run."""
+    round: int
+    """Round number t, starting at 1 (a sampled stop before round t is logged as round t)."""
+    query: str
+    """The search query as the agent issued it."""
+    pool_blob: str
+    """sha256 of the pool file (its exact bytes are in the archive)."""
+    budget: int
+    """Maximum number of rounds K of this pool search."""
+    wish_stop: bool
+    """The agent's wish as the controller read it (a draft saved since the previous search = wish to stop)."""
+    stop_prob: float
+    """Logged probability c_t of stopping before this round (0 under fixed stopping and at t = 1)."""
+    u_stop: float | None = None
+    """The common uniform draw of the stop decision (None when no decision was sampled)."""
+    probs_blob: str | None = None
+    """sha256 of the canonical JSON list of selection probabilities (pool order); None when stopped."""
+    chosen: str | None = None
+    """Id of the sampled document; None when the sampled decision was to stop."""
+    p_chosen: float | None = None
+    """Selection probability p_t of the chosen document."""
+    u_select: float | None = None
+    """The common uniform draw of the inverse-CDF selection."""
+
+
 Event = Annotated[
     ModelCallEvent | ModelAttemptEvent | ToolCallEvent | DraftEvent | FinalEvent | NoticeEvent
-    | SnapshotEvent | DelegateEvent,
+    | PoolRoundEvent | SnapshotEvent | DelegateEvent,
     Field(discriminator="type"),
 ]
 
 RunStatus = Literal["started", "completed", "failed", "budget_exhausted"]
+
+
+class SearchCondition(Record):
+    """The pool-search cell of a slot: the paper's selection × stopping intervention and ranking."""
+
+    selection: Literal["agent", "uniform"]
+    """``agent``: query-driven controller probabilities; ``uniform``: 1/N for every document."""
+    stopping: Literal["fixed", "adaptive"]
+    """``fixed``: K searches; ``adaptive``: the agent's wish becomes a sampled decision."""
+    ranking: Literal["original", "pro", "anti"]
+    """Ranking condition: original, supporting-first (pro, P side first) or opposing-first (anti)."""
 
 
 class Slot(Record):
@@ -325,11 +368,13 @@ class Slot(Record):
     """Per-run budget (max_model_calls, max_tool_calls)."""
     seed: int
     """Replicate seed; the same for the arms of one replicate so paired runs share randomness."""
+    search_condition: SearchCondition | None = None
+    """Pool-search cell (None for corpus search; omitted from the id then, so corpus slot ids are unchanged)."""
 
     @property
     def slot_id(self) -> str:
         """Deterministic id: the first 20 hex digits of the sha256 of the definition."""
-        return "s" + sha256_json(self.model_dump(mode="json"))[:20]
+        return "s" + sha256_json(self.model_dump(mode="json", exclude_none=True))[:20]
 
 
 class Counters(Record):
@@ -426,4 +471,8 @@ class RunRecord(Record):
                 for w in ev.workers:
                     refs += [(w.assignment_blob, "worker_assignment"), (w.transcript_blob, "worker_transcript")]
                     refs += [(w.reply_blob, "worker_reply")] if w.reply_blob else []
+            elif isinstance(ev, PoolRoundEvent):
+                refs.append((ev.pool_blob, "pool"))
+                if ev.probs_blob is not None:
+                    refs.append((ev.probs_blob, "pool_probs"))
         return refs

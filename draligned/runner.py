@@ -24,7 +24,7 @@ from draligned.models.cache import CachedModel, ReplayCache
 from draligned.records import RunRecord, Slot
 from draligned.sandbox import SandboxUnavailable, require_sandbox
 from draligned.study import Study, StudyError
-from draligned.tools.corpus import Corpus, load_corpus
+from draligned.tools.pool_search import StudySearch, open_search
 
 FINISHED = ("completed", "budget_exhausted")
 
@@ -48,7 +48,7 @@ def plan_resume(archive: Archive, slots: list[Slot]) -> tuple[list[Slot], dict[s
 
 
 async def _run_slot(study: Study, archive: Archive, slot: Slot, attempt: int, model: ModelAPI,
-                    corpus: Corpus) -> RunRecord:
+                    search: StudySearch) -> RunRecord:
     lc = next(c for c in study.cards if c.card.card_id == slot.card_id)
     contract = study.contracts[slot.harness]
     decl = model.declaration
@@ -65,14 +65,17 @@ async def _run_slot(study: Study, archive: Archive, slot: Slot, attempt: int, mo
     setup = RunSetup(archive=archive, record=record, contract=contract, model=model,
                      system_prompt=system_prompt, user_message=user_message, seed=slot.seed,
                      ledger=Ledger(study.spec.budget))
-    return await EXECUTORS[slot.harness](setup, corpus).run()
+    return await EXECUTORS[slot.harness](setup, search.backend_for(slot, archive, record)).run()
 
 
 async def run_study(study: Study, show_progress: bool = False) -> StudyResult:
     """Run every unfinished slot of ``study`` with bounded concurrency."""
     archive = Archive(study.archive_root)
-    corpus = load_corpus(study.corpus_path)
-    slots = study.slots(corpus.sha256)
+    try:
+        search = open_search(study.spec.search, study.corpus_path, study.pool_paths)
+    except ValueError as exc:  # CorpusError, PoolFileError, unscored pools
+        raise StudyError(f"{study.path}: field search: {exc}") from exc
+    slots = study.slots(search.sha256)
     todo, attempts = plan_resume(archive, slots)
     sandboxed = sorted({s.harness for s in todo if getattr(EXECUTORS[s.harness], "needs_sandbox", False)})
     if sandboxed:
@@ -104,7 +107,7 @@ async def run_study(study: Study, show_progress: bool = False) -> StudyResult:
         async def one(slot: Slot) -> RunRecord:
             async with gate:
                 rec = await _run_slot(study, archive, slot, attempts.get(slot.slot_id, 0) + 1,
-                                      models[slot.model], corpus)
+                                      models[slot.model], search)
             progress.advance(bar)
             return rec
 

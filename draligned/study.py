@@ -20,6 +20,7 @@ from draligned.harness import LoadedContract, load_contract
 from draligned.hashing import sha256_bytes
 from draligned.models import ModelDeclaration
 from draligned.records import Slot
+from draligned.tools.pool_search import SearchSpec
 
 
 class StudyError(Exception):
@@ -49,8 +50,10 @@ class StudySpec(BaseModel):
     """Runs in flight at once."""
     archive: str = "archive"
     """Archive root, relative to the study file unless absolute."""
-    corpus: str
-    """Search corpus (JSONL), relative to the study file."""
+    corpus: str | None = None
+    """Search corpus (JSONL), relative to the study file; required unless ``[search]`` uses pools."""
+    search: SearchSpec = Field(default_factory=SearchSpec)
+    """``[search]``: the corpus backend (default) or logged candidate-pool search and its cells."""
     cache: Literal["off", "read-write", "read-only"] = "off"
     """Exact-input replay cache mode (``draligned run --cache`` overrides it)."""
     cache_dir: str | None = None
@@ -75,7 +78,8 @@ class Study(BaseModel):
     cards: list[LoadedCard]
     contracts: dict[str, LoadedContract]
     archive_root: Path
-    corpus_path: Path
+    corpus_path: Path | None
+    pool_paths: dict[str, Path] = {}
 
     @property
     def cache_root(self) -> Path:
@@ -86,20 +90,21 @@ class Study(BaseModel):
         return next(m for m in self.spec.models if m.name == name)
 
     def slots(self, search_sha256: str) -> list[Slot]:
-        """Every slot, in a deterministic order (card, seed, model, harness, arm)."""
+        """Every slot, in a deterministic order (card, seed, model, harness, search cell, arm)."""
         out = []
         for lc in self.cards:
             arms = lc.card.arms() if self.spec.arms == "all" else [a for a in lc.card.arms() if a in self.spec.arms]
             for seed in range(self.spec.seeds):
                 for m in self.spec.models:
                     for h in self.spec.harnesses:
-                        for arm in arms:
-                            out.append(Slot(
-                                study=self.spec.name, card_id=lc.card.card_id, card_sha256=lc.file_sha256,
-                                arm=arm, model=m.name, model_sha256=m.sha256, harness=h,
-                                contract_sha256=self.contracts[h].sha256, search_sha256=search_sha256,
-                                budget=self.spec.budget.model_dump(), seed=seed,
-                            ))
+                        for cond in self.spec.search.conditions():
+                            for arm in arms:
+                                out.append(Slot(
+                                    study=self.spec.name, card_id=lc.card.card_id, card_sha256=lc.file_sha256,
+                                    arm=arm, model=m.name, model_sha256=m.sha256, harness=h,
+                                    contract_sha256=self.contracts[h].sha256, search_sha256=search_sha256,
+                                    budget=self.spec.budget.model_dump(), seed=seed, search_condition=cond,
+                                ))
         return out
 
 
@@ -135,8 +140,17 @@ def load_study(path: str | Path, archive_override: str | Path | None = None) -> 
         raise StudyError(f"{path}: field cards: card ids must be unique across files ({dup})")
     contracts = {h: load_contract(h) for h in spec.harnesses}
     archive_root = Path(archive_override) if archive_override else base / spec.archive
-    corpus_path = base / spec.corpus
-    if not corpus_path.exists():
+    corpus_path = None if spec.corpus is None else base / spec.corpus
+    if corpus_path is not None and not corpus_path.exists():
         raise StudyError(f"{path}: field corpus: {corpus_path} does not exist")
+    if spec.search.backend == "corpus" and corpus_path is None:
+        raise StudyError(f"{path}: field corpus: required with the corpus search backend")
+    pool_paths = {card: base / p for card, p in spec.search.pools.items()}
+    if spec.search.backend == "pool":
+        for card in ids:
+            if card not in pool_paths:
+                raise StudyError(f"{path}: field search.pools: no pool file for card {card!r}")
+            if not pool_paths[card].exists():
+                raise StudyError(f"{path}: field search.pools.{card}: {pool_paths[card]} does not exist")
     return Study(spec=spec, path=path, sha256=sha256_bytes(raw), cards=cards, contracts=contracts,
-                 archive_root=archive_root, corpus_path=corpus_path)
+                 archive_root=archive_root, corpus_path=corpus_path, pool_paths=pool_paths)

@@ -42,13 +42,38 @@ def add_states(archive: Archive, evaluator: str,
     return len(rows)
 
 
-def add_cess(archive: Archive, value_of: Callable[[str, str], dict]) -> None:
-    """Write ``cess/estimates.jsonl`` in the TrajectoryEstimate shape: ``value_of(arm, run_id)`` gives
-    opened_mean, cess and support_interval."""
-    con = connect(archive)
-    runs = con.execute("SELECT run_id, arm FROM runs WHERE status = 'completed' ORDER BY run_id").fetchall()
+def _insert_cess(archive: Archive, rows: list[dict]) -> None:
+    """Append rows to the index's ``cess_runs`` table (unset columns get neutral defaults)."""
+    base = {"slot_id": "s", "attempt": 1, "study": "t", "card_id": "c", "arm": "P", "model": "m",
+            "harness": "H00", "seed": 0, "selection": "agent", "stopping": "fixed", "ranking": "original",
+            "status": "completed", "budget": 3, "rounds": 3, "ended_by": "budget", "lam": 0.5,
+            "outcome_regression": 0.0, "ipw_raw": None, "dr_raw": None, "cess": None,
+            "cess_clip_then_shrink": None, "cess_opened_anchor": None, "ess": 1.0, "max_weight": 1.0,
+            "theta_star": None, "support_lower": None, "support_upper": None}
+    con = duckdb.connect(str(archive.root / "index.duckdb"))
+    cols = [c for (c,) in con.execute("SELECT column_name FROM information_schema.columns "
+                                      "WHERE table_name = 'cess_runs' ORDER BY ordinal_position").fetchall()]
+    con.executemany(f"INSERT INTO cess_runs VALUES ({','.join('?' * len(cols))})",
+                    [[{**base, **row}[c] for c in cols] for row in rows])
     con.close()
-    (archive.root / "cess").mkdir(exist_ok=True)
-    with (archive.root / "cess" / "estimates.jsonl").open("w") as fh:
-        for run_id, arm in runs:
-            fh.write(json.dumps({"trajectory_id": run_id, "task_id": "t", "rounds": 3, **value_of(arm, run_id)}) + "\n")
+
+
+def add_cess(archive: Archive, value_of: Callable[[str, str], dict]) -> None:
+    """Per-run CESS rows for every completed run: ``value_of(arm, run_id)`` gives opened_mean,
+    cess and optionally support_lower/support_upper."""
+    con = connect(archive)
+    runs = con.execute("SELECT run_id, arm, card_id, model, harness, seed FROM runs "
+                       "WHERE status = 'completed' ORDER BY run_id").fetchall()
+    con.close()
+    _insert_cess(archive, [{"run_id": rid, "arm": arm, "card_id": card, "model": model, "harness": h,
+                            "seed": seed, **value_of(arm, rid)} for rid, arm, card, model, h, seed in runs])
+
+
+def add_interventions(archive: Archive, opened_mean: Callable[[int, int, int], float]) -> None:
+    """A complete 2x2 (selection x stopping) for two cards x two seeds of pool runs that are not
+    in ``runs``: ``opened_mean(selection, stopping, seed)``."""
+    _insert_cess(archive, [
+        {"run_id": f"iv-{card}-{seed}-{a}{b}", "card_id": card, "seed": seed,
+         "selection": "agent" if a else "uniform", "stopping": "adaptive" if b else "fixed",
+         "opened_mean": opened_mean(a, b, seed)}
+        for card in ("q1", "q2") for seed in (0, 1) for a in (0, 1) for b in (0, 1)])

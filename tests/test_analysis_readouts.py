@@ -221,4 +221,4 @@ def test_intervention_effects_and_icc():
     # stopping is 0 then 0.1 in every task: no between-task variation -> undefined
     assert t["stopping"]["icc"] is None and t["stopping"]["icc_undefined"] == "no between-task variation"
     assert icc_1k({"A": [1.0]}).undefined_reason == "needs two tasks with two replicates"
-    assert intervention_effects([], PLAN.cess).empty_reason.startswith("the study ran no 2x2")
+    assert intervention_effects([], PLAN.cess).empty_reason.startswith("the archive has no complete 2x2")

@@ -17,11 +17,15 @@ def test_demo_end_to_end_and_rerun_is_free(tmp_path, capsys):
     out = tmp_path / "demo"
     assert main(["demo", "--out", str(out)]) == 0
     report = out / "report" / "report.html"
-    assert f"Report:  {report}" in capsys.readouterr().out and report.exists()
+    printed = capsys.readouterr().out
+    assert f"Report:  {report}" in printed and report.exists()
     html = report.read_text()
     assert "No evaluator reads in this archive" not in html and "sim-lexical-v1" in html
     final_matrix = (out / "report" / "tables").glob("*pair_matri*.csv")
     assert any("OWN" in p.read_text() for p in final_matrix)
+    assert "Pool estimates per arm" in printed and "dOpened (effect)" in printed  # part 2: CESS over pools
+    pool_archive = Archive(out / "pool-archive")
+    assert verify_archive(pool_archive) == [] and len(pool_archive.records()) == 80
     archive = Archive(out / "archive")
     assert verify_archive(archive) == []
     assert main(["archive", "stats", str(archive.root), "--json"]) == 0

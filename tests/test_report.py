@@ -15,7 +15,7 @@ import pytest
 from draligned.archive import Archive
 from draligned.cli import main
 from draligned.hashing import sha256_file
-from tests.report_helpers import add_cess, add_states
+from tests.report_helpers import add_cess, add_interventions, add_states
 from tests.study_helpers import run, write_study
 
 PLAN = """
@@ -48,12 +48,8 @@ def built(tmp_path_factory):
     add_states(archive, "sim", _rule)
     add_states(archive, "aux", lambda arm, doc, axis, rid: ("OWN", "READS_AGREE") if doc != "requests"
                else ("UNDEFINED", "NO_IDENTIFIED_REQUEST"))
-    add_cess(archive, lambda arm, rid: {"opened_mean": 0.25 if arm.startswith("P") else 0.75,
-                                        "cess": 0.5, "support_interval": None})
-    with (archive.root / "cess" / "interventions.jsonl").open("w") as fh:
-        for task, rep, a, b in ((t, r, a, b) for t in ("q1", "q2") for r in (0, 1) for a in (0, 1) for b in (0, 1)):
-            fh.write(json.dumps({"task_id": task, "replicate": rep, "selection": a, "stopping": b,
-                                 "opened_mean": 0.2 + 0.3 * a + 0.1 * b * rep}) + "\n")
+    add_cess(archive, lambda arm, rid: {"opened_mean": 0.25 if arm.startswith("P") else 0.75, "cess": 0.5})
+    add_interventions(archive, lambda a, b, rep: 0.2 + 0.3 * a + 0.1 * b * rep)
     plan = tmp / "plan.toml"
     plan.write_text(PLAN)
     return tmp, archive, bare, plan
@@ -70,7 +66,7 @@ def test_report_writes_every_table_with_identity_and_known_answers(built, capsys
     assert main(["report", str(archive.root), "--plan", str(plan), "--evaluator", "sim", "--out", str(out),
                  "--show-sql"]) == 0
     printed = capsys.readouterr().out
-    assert "FROM runs r" in printed and "FROM states" in printed and "read_json" in printed
+    assert "FROM runs r" in printed and "FROM states" in printed and "FROM cess_runs" in printed
     manifest = json.loads((out / "tables" / "manifest.json").read_text())
     assert manifest["identity"]["plan_sha256"] == sha256_file(plan)
     assert manifest["identity"]["evaluator_id"] == "sim" and manifest["states_available"]
@@ -134,7 +130,7 @@ def test_report_without_states_says_so_and_keeps_the_rest(built):
     states = _csv(out / "tables" / "coverage_states.csv")
     assert {r["state"] for r in states} == {"NOT_READ"} and sum(int(r["documents"]) for r in states) == 4 * 20
     cess = json.loads((out / "tables" / "manifest.json").read_text())["tables"]["cess_by_arm"]
-    assert cess["rows"] == 0 and "no CESS" in cess["empty_reason"]
+    assert cess["rows"] == 0 and "no run in this archive searched a candidate pool" in cess["empty_reason"]
 
 
 def test_html_is_self_contained(built):

@@ -73,7 +73,7 @@ def cess_by_arm(runs: list[RunRow], cess: dict[str, CessRow]) -> Table:
         columns=["card_id", "arm", "model", "harness", "runs", "with_cess", "opened_mean", "cess_points",
                  "cess_mean", "interval_runs", "interval_low_mean", "interval_high_mean"],
         rows=rows if has_data else [], computed_by="draligned.analysis.cess_side.cess_by_arm",
-        empty_reason=None if has_data else "no CESS estimates for these runs (plan cess.source)")
+        empty_reason=None if has_data else "no run in this archive searched a candidate pool (no rows in cess_runs)")
 
 
 def cess_by_pair(pairs: list[Pair], cess: dict[str, CessRow], cfg: Cess) -> Table:

@@ -1,18 +1,12 @@
-"""Adapter for issue 4's per-run CESS estimates (the one place to fix the shape at merge).
+"""Adapter for the per-run CESS estimates: the derived ``cess_runs`` table of the archive index.
 
-Expected: a JSON-lines file (plan ``cess.source``, relative to the archive root) with one
-object per run in the shape of ``draligned.cess.estimators.TrajectoryEstimate``:
-``trajectory_id`` (= run_id), ``opened_mean``, ``cess`` (null where the support interval
-applies) and ``support_interval`` ([low, high] or null). Missing file -> no CESS rows.
-
-2x2 intervention runs (CESS paper App. C), when a study ran them: JSON lines at plan
-``cess.interventions`` with ``task_id, replicate, selection (0 uniform/1 agent), stopping
-(0 fixed/1 adaptive), opened_mean``.
+``cess_runs`` (built by ``rebuild_index`` from the pool-round events; see
+``draligned.cess.archive_runs``) has one row per run over a candidate pool. Its 2x2 cells
+(selection agent/uniform x stopping adaptive/fixed) give the intervention rows (CESS paper
+Eqs. 3-4), paired within blocks of card, arm, model, harness, ranking and seed.
 """
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import duckdb
 
@@ -21,34 +15,29 @@ from draligned.analysis.interventions import InterventionRow
 from draligned.analysis.rows import CessRow
 
 CESS_SQL = """
-SELECT trajectory_id AS run_id, opened_mean, cess AS estimate,
-       support_interval[1] AS interval_low, support_interval[2] AS interval_high
-FROM read_json(?, format = 'newline_delimited',
-               columns = {'trajectory_id': 'VARCHAR', 'opened_mean': 'DOUBLE', 'cess': 'DOUBLE',
-                          'support_interval': 'DOUBLE[]'})
+SELECT run_id, opened_mean, cess AS estimate, support_lower AS interval_low, support_upper AS interval_high
+FROM cess_runs
 ORDER BY run_id
 """.strip()
 
 
-def load_cess(con: duckdb.DuckDBPyConnection, path: Path, log: QueryLog) -> list[CessRow]:
-    """Per-run CESS rows from ``path``; [] when the file does not exist."""
-    if not path.exists():
-        return []
-    return [CessRow(**dict(zip(CessRow.model_fields, row))) for row in log.run(con, CESS_SQL, [str(path)])]
+def load_cess(con: duckdb.DuckDBPyConnection, log: QueryLog) -> list[CessRow]:
+    """Per-run CESS rows; [] for an archive without pool runs."""
+    return [CessRow(**dict(zip(CessRow.model_fields, row))) for row in log.run(con, CESS_SQL, [])]
 
 
 INTERVENTIONS_SQL = """
-SELECT task_id, replicate, selection, stopping, opened_mean
-FROM read_json(?, format = 'newline_delimited',
-               columns = {'task_id': 'VARCHAR', 'replicate': 'INTEGER', 'selection': 'INTEGER',
-                          'stopping': 'INTEGER', 'opened_mean': 'DOUBLE'})
+SELECT card_id || '/' || arm || '/' || model || '/' || harness || '/' || ranking AS task_id,
+       seed AS replicate,
+       CASE selection WHEN 'agent' THEN 1 ELSE 0 END AS selection,
+       CASE stopping WHEN 'adaptive' THEN 1 ELSE 0 END AS stopping,
+       opened_mean
+FROM cess_runs
 ORDER BY task_id, replicate, selection, stopping
 """.strip()
 
 
-def load_interventions(con: duckdb.DuckDBPyConnection, path: Path, log: QueryLog) -> list[InterventionRow]:
-    """2x2 intervention rows from ``path``; [] when the file does not exist."""
-    if not path.exists():
-        return []
+def load_interventions(con: duckdb.DuckDBPyConnection, log: QueryLog) -> list[InterventionRow]:
+    """2x2 intervention rows from the pool runs' design cells; [] when there are none."""
     return [InterventionRow(**dict(zip(InterventionRow.model_fields, row)))
-            for row in log.run(con, INTERVENTIONS_SQL, [str(path)])]
+            for row in log.run(con, INTERVENTIONS_SQL, [])]

@@ -13,12 +13,15 @@ from __future__ import annotations
 from collections import Counter
 from typing import Literal
 
+import dataclasses
+
 import numpy as np
 
 from draligned.analysis.cess_side import cluster_bootstrap
 from draligned.analysis.plan import Cess
 from draligned.analysis.rows import Row
 from draligned.analysis.table import Table
+from draligned.cess import metrics
 
 EFFECTS = ("selection", "stopping", "interaction", "total")
 
@@ -61,8 +64,8 @@ def block_effects(rows: list[InterventionRow]) -> tuple[dict[tuple[str, int], di
         if len(c) < 4:
             incomplete += 1
             continue
-        out[key] = {"selection": c[1, 0] - c[0, 0], "stopping": c[0, 1] - c[0, 0],
-                    "interaction": c[1, 1] - c[1, 0] - c[0, 1] + c[0, 0], "total": c[1, 1] - c[0, 0]}
+        effects = metrics.intervention_effects(c[0, 0], c[1, 0], c[0, 1], c[1, 1])
+        out[key] = {k: float(v) for k, v in dataclasses.asdict(effects).items()}
     return out, incomplete
 
 
@@ -72,12 +75,9 @@ def icc_1k(values: dict[str, list[float]]) -> IccResult:
     groups = np.array([v for v in values.values() if len(v) == k], dtype=float)
     if len(groups) < 2 or k < 2:
         return IccResult(icc=None, k=k, tasks=len(groups), undefined_reason="needs two tasks with two replicates")
-    grand = groups.mean()
-    msb = k * ((groups.mean(axis=1) - grand) ** 2).sum() / (len(groups) - 1)
-    msw = ((groups - groups.mean(axis=1, keepdims=True)) ** 2).sum() / (len(groups) * (k - 1))
-    if msb == 0:
+    if np.allclose(groups.mean(axis=1), groups.mean()):
         return IccResult(icc=None, k=k, tasks=len(groups), undefined_reason="no between-task variation")
-    return IccResult(icc=round(float((msb - msw) / msb), 4), k=k, tasks=len(groups))
+    return IccResult(icc=round(metrics.icc1k(groups), 4), k=k, tasks=len(groups))
 
 
 def intervention_effects(rows: list[InterventionRow], cfg: Cess) -> Table:
@@ -101,4 +101,4 @@ def intervention_effects(rows: list[InterventionRow], cfg: Cess) -> Table:
         columns=["effect", "blocks", "mean", "low", "high", "icc", "icc_k", "icc_tasks", "icc_undefined",
                  "incomplete_blocks"],
         rows=out, computed_by="draligned.analysis.interventions.intervention_effects",
-        empty_reason=None if out else "the study ran no 2x2 intervention (plan cess.interventions)")
+        empty_reason=None if out else "the archive has no complete 2x2 selection x stopping cells (cess_runs)")

@@ -79,10 +79,6 @@ class Agreement(_Strict):
 class Cess(_Strict):
     """CESS side by side (an estimand of the opened evidence pool, not of the recommendation)."""
 
-    source: str = "cess/estimates.jsonl"
-    """Per-run estimates, relative to the archive root (see ``draligned.analysis.cess_source``)."""
-    interventions: str = "cess/interventions.jsonl"
-    """2x2 intervention runs (task_id, replicate, selection, stopping, opened_mean), relative to the archive."""
     bootstrap: int = Field(2000, ge=100)
     """Cluster-bootstrap replicates."""
     cluster: Literal["pair", "card"] = "pair"

@@ -14,9 +14,10 @@ from pathlib import Path
 import duckdb
 
 from draligned.archive.store import Archive
+from draligned.cess.archive_runs import CESS_RUNS_DDL, cess_rows, pool_runs
 from draligned.records import (
-    DraftEvent, FinalEvent, ModelAttemptEvent, ModelCallEvent, NoticeEvent, RunRecord, SnapshotEvent,
-    ToolCallEvent,
+    DraftEvent, FinalEvent, ModelAttemptEvent, ModelCallEvent, NoticeEvent, PoolRoundEvent, RunRecord,
+    SnapshotEvent, ToolCallEvent,
 )
 
 SCHEMA = """
@@ -74,6 +75,8 @@ def _event_rows(r: RunRecord) -> list[tuple]:
             row.update(role=ev.role, code=ev.attempt.error, error=ev.attempt.detail)
         elif isinstance(ev, SnapshotEvent):
             row.update(role=ev.role, blob=ev.manifest_blob)
+        elif isinstance(ev, PoolRoundEvent):
+            row.update(request_text=ev.query, blob=ev.probs_blob)
         rows.append((r.run_id, seq, ev.event_id, ev.type, row["role"], row["tool"],
                      row["request_text"], row["blob"], row["chars"], row["version"], row["error"],
                      row["code"], row["model_echo"], row["finish_reason"], row["input_tokens"],
@@ -110,9 +113,13 @@ def rebuild_index(archive: Archive) -> Path:
     con = duckdb.connect(str(tmp))
     try:
         con.execute(SCHEMA)
+        con.execute(CESS_RUNS_DDL)
         bulk_insert(con, "runs", [_run_row(r) for r in ordered])
         bulk_insert(con, "events", [row for r in ordered for row in _event_rows(r)])
         bulk_insert(con, "artifacts", [(sha, kind, run, _size(archive, sha)) for sha, kind, run in arts])
+        # Per-run CESS pool estimates, derived from the pool events and blobs (see cess.archive_runs).
+        bulk_insert(con, "cess_runs", [tuple(row.model_dump().values())
+                                       for row in cess_rows(pool_runs(archive, ordered))])
         from draligned.evaluator.index import add_evaluator_tables  # evaluator depends on archive
 
         add_evaluator_tables(con, archive)

@@ -15,4 +15,6 @@ One concept per module:
 - ``perspectrum`` PERSPECTRUM v1.0 claims as candidate pools
 - ``searches``    non-LLM controllers searching PERSPECTRUM pools
 - ``bench``       the PERSPECTRUM benchmark (appendix F, Tables 7, 8, 10)
+- ``archive_runs`` archived pool-search runs as trajectories and their estimates (``cess_runs``)
+- ``pairs``       P/Q pair contrasts and the 2×2 selection × stopping effects of archived runs
 """

@@ -14,14 +14,14 @@ Each round is logged in the trajectory format of :mod:`draligned.cess.trajectory
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from draligned.cess.text import TfidfIndex
+from draligned.cess.text import TfidfIndex, tokenize
 from draligned.cess.trajectory import Ranking, Trajectory, TrajectoryPool, TrajectoryRound
 
 _STREAMS = {"select": 0, "stop": 1}
@@ -139,10 +139,10 @@ class PoolIndex:
     vectors: np.ndarray
 
     @classmethod
-    def build(cls, pool: CandidatePool) -> PoolIndex:
-        """Index title + text of every document."""
+    def build(cls, pool: CandidatePool, tokenizer: Callable[[str], list[str]] = tokenize) -> PoolIndex:
+        """Index title + text of every document (study pools pass the corpus's CJK-aware tokenizer)."""
         texts = [f"{d.title} {d.text}" for d in pool.documents]
-        tfidf = TfidfIndex.fit(texts)
+        tfidf = TfidfIndex.fit(texts, tokenizer=tokenizer)
         return cls(pool, tfidf, tfidf.transform(texts))
 
     @property
@@ -176,6 +176,19 @@ def selection_probs(
     return explore_softmax(logits, config.epsilon)
 
 
+class SampledStop(BaseModel):
+    """The logged decision to stop before a round (adaptive stopping)."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    round: int
+    """The round t that was not run."""
+    stop_prob: float
+    """Probability c_t with which the stop was sampled."""
+    u_stop: float
+    """The common uniform draw (stop when u_stop < c_t)."""
+
+
 class PoolController:
     """Stateful search over one pool for one trajectory; every decision is logged."""
 
@@ -185,6 +198,7 @@ class PoolController:
         self.index, self.config, self.ranking, self.pair_seed = index, config, ranking, pair_seed
         self.counts = np.zeros(len(index.pool.documents))
         self.rounds: list[SearchRound] = []
+        self.stopped: SampledStop | None = None
         self.done = False
 
     def step(self, query: str, wish_stop: bool = False) -> SearchRound | None:
@@ -198,6 +212,7 @@ class PoolController:
             stop_prob = cfg.stop_prob_wish_stop if wish_stop else cfg.stop_prob_wish_continue
             u_stop = crn_uniform(self.pair_seed, t, "stop")
             if u_stop < stop_prob:
+                self.stopped = SampledStop(round=t, stop_prob=stop_prob, u_stop=u_stop)
                 self.done = True
                 return None
         probs = selection_probs(self.index, query, self.ranking, self.counts, self.config)

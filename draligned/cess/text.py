@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,26 +36,32 @@ class TfidfIndex:
 
     vocabulary: dict[str, int]
     idf: np.ndarray
+    tokenizer: Callable[[str], list[str]] = tokenize
 
     @classmethod
-    def fit(cls, texts: Sequence[str], max_features: int | None = None) -> TfidfIndex:
+    def fit(
+        cls,
+        texts: Sequence[str],
+        max_features: int | None = None,
+        tokenizer: Callable[[str], list[str]] = tokenize,
+    ) -> TfidfIndex:
         """Fit on ``texts``; keep the ``max_features`` most frequent terms (ties by term) if given."""
         doc_freq: Counter[str] = Counter()
         for text in texts:
-            doc_freq.update(set(tokenize(text)))
+            doc_freq.update(set(tokenizer(text)))
         terms = sorted(doc_freq, key=lambda term: (-doc_freq[term], term))
         if max_features is not None:
             terms = terms[:max_features]
         terms.sort()
         n = len(texts)
         idf = np.array([np.log((1 + n) / (1 + doc_freq[t])) + 1.0 for t in terms])
-        return cls(vocabulary={t: i for i, t in enumerate(terms)}, idf=idf)
+        return cls(vocabulary={t: i for i, t in enumerate(terms)}, idf=idf, tokenizer=tokenizer)
 
     def transform(self, texts: Sequence[str]) -> np.ndarray:
         """Rows of L2-normalised TF-IDF vectors (zero rows for texts without known terms)."""
         out = np.zeros((len(texts), len(self.vocabulary)))
         for row, text in enumerate(texts):
-            counts = Counter(t for t in tokenize(text) if t in self.vocabulary)
+            counts = Counter(t for t in self.tokenizer(text) if t in self.vocabulary)
             if counts:
                 cols = np.fromiter((self.vocabulary[t] for t in counts), dtype=int, count=len(counts))
                 tf = np.fromiter(counts.values(), dtype=float, count=len(counts))

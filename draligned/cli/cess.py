@@ -237,7 +237,7 @@ def _run_bench_perspectrum(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    """Add `cess estimate`, `cess simulate` and `cess bench perspectrum`."""
+    """Add `cess estimate`, `cess simulate`, `cess bench perspectrum`, `cess export` and `cess pairs`."""
     cess = sub.add_parser("cess", help="CESS candidate-pool estimates (estimate, simulate, bench)")
     commands = cess.add_subparsers(dest="cess_command", required=True)
 
@@ -289,3 +289,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="candidate documents (auto: evidence paragraphs if evidence_pool_v1.0.json exists)",
     )
     pp.set_defaults(func=_run_bench_perspectrum)
+
+    from draligned.cli.cess_archive import register_archive_commands  # imports this module
+
+    register_archive_commands(commands)

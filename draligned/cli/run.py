@@ -24,6 +24,7 @@ from draligned.study import StudyError, load_study
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEMO_STUDY = REPO_ROOT / "studies" / "demo.toml"
 DEMO_EVALUATOR = REPO_ROOT / "evaluators" / "sim.toml"
+DEMO_POOL_STUDY = REPO_ROOT / "studies" / "demo_pool.toml"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -97,4 +98,22 @@ def cmd_demo(args: argparse.Namespace) -> int:
           f"  draligned states {archive} --evaluator {evaluator_id} --json\n"
           f"  draligned report {archive} --plan {DEMO_PLAN} --evaluator {evaluator_id} "
           f"--out {out / 'report'} --show-sql")
-    return code or (1 if summary.model_errors else 0)
+    pool_code = _demo_pool(out / "pool-archive")
+    return code or pool_code or (1 if summary.model_errors else 0)
+
+
+def _demo_pool(archive: Path) -> int:
+    """The pool-search demo: CESS pool estimates per arm and the P/Q pair table."""
+    from draligned.cess.pairs import pairs_report
+    from draligned.cli.cess_archive import load_cess_runs, pairs_text, pool_estimates_text
+
+    print("\ndraligned demo, part 2: logged candidate-pool search (CESS) with the same simulator.",
+          file=sys.stderr)
+    code, result = _execute(DEMO_POOL_STUDY, archive)
+    if result is None:
+        return code
+    runs = load_cess_runs(result.archive)
+    print(pool_estimates_text(runs) + "\n\n" + pairs_text(pairs_report(runs)))
+    print(f"\nPool archive: {archive}\n  draligned cess pairs {archive}\n"
+          f"  draligned cess export {archive} --out trajectories.jsonl")
+    return code

@@ -82,18 +82,21 @@ class Ledger:
         return self.tool_calls < self.budget.max_tool_calls
 
 
+def next_event_id(record: RunRecord) -> str:
+    """The id of the next event appended to ``record`` (e0001, e0002, ...). Derived from the
+    record, so tools that log their own events (pool search) keep one sequence with the writer."""
+    return f"e{len(record.events) + 1:04d}"
+
+
 class RunWriter:
     """Builds a run record event by event, putting every text in the archive as a blob."""
 
     def __init__(self, archive: Archive, record: RunRecord) -> None:
         self.archive = archive
         self.record = record
-        self._next = 1
 
     def _event_id(self) -> str:
-        eid = f"e{self._next:04d}"
-        self._next += 1
-        return eid
+        return next_event_id(self.record)
 
     def start(self) -> None:
         """Write the started marker (kept even if the run is interrupted)."""

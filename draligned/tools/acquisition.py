@@ -12,6 +12,11 @@ from typing import Protocol
 from draligned.tools.corpus import CorpusDocument, SearchHit, normalize_page_text, snippet
 
 
+class SearchSpent(Exception):
+    """Raised by a backend whose search has ended (pool budget reached or a sampled stop);
+    the message is what the agent reads."""
+
+
 class SearchBackend(Protocol):
     """What a search backend offers: ranked hits for a query and pages by URL."""
 
@@ -43,7 +48,10 @@ class AcquisitionTools:
         """Up to ``k`` results as numbered blocks of title, URL and snippet."""
         if not query.strip():
             return ToolResult("Error: the search query is empty.", error="empty_query")
-        hits = self.backend.search(query, self.k)[: self.k]
+        try:
+            hits = self.backend.search(query, self.k)[: self.k]
+        except SearchSpent as spent:
+            return ToolResult(str(spent), error="search_spent")
         if not hits:
             return ToolResult("No results.")
         blocks = [

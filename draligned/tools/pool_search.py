@@ -1,0 +1,183 @@
+"""Logged candidate-pool search as the ``search`` tool of an executor (CESS paper, section 3).
+
+A study's ``[search]`` table selects the backend. With ``backend = "pool"`` every run gets
+its own :class:`PoolSearchBackend`: each ``search(query)`` asks the CESS
+:class:`~draligned.cess.pool.PoolController` for a probability vector over the whole pool
+(query relevance, ranking tilt, repetition penalty, ε share), samples ONE document with
+common random numbers, appends a :class:`~draligned.records.PoolRoundEvent` to the run
+record and returns that document as a one-result list, so the result block, ``read(url)``
+and the simulated agent work unchanged.
+
+Adaptive stopping (Eq. 5): every search call is a step the agent wants to take; its
+*wish* is read from what it did since the previous search. A draft saved in between
+(``write_report``) is a wish to stop — the agent judged its research good enough to
+write up — otherwise a wish to continue. The controller turns the wish into c_t = 0.75
+or 0.10 (defaults), samples the decision with its own common random number and logs it.
+After a sampled stop, or once K documents were opened, searches answer
+:data:`SPENT_MESSAGE`. An agent that ends its run on its own before that leaves an
+unlogged stop; such runs are flagged (``ended_by = "agent"``) by :mod:`draligned.cess.runs`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from draligned.archive import Archive
+from draligned.cess.pool import ControllerConfig, PoolController, PoolIndex
+from draligned.executors.base import next_event_id
+from draligned.hashing import sha256_json
+from draligned.records import DraftEvent, PoolRoundEvent, RunRecord, SearchCondition, Slot
+from draligned.tools.acquisition import SearchBackend, SearchSpent
+from draligned.tools.corpus import Corpus, CorpusDocument, SearchHit, load_corpus, tokenize
+from draligned.tools.pool_file import LoadedPool, load_pool
+
+SPENT_MESSAGE = (
+    "The search budget for this pool is spent: search returns no more documents in this run. "
+    "Continue with the sources you have already found."
+)
+
+
+class SearchSpec(BaseModel):
+    """The ``[search]`` table of a study (absent: the corpus backend)."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    backend: Literal["corpus", "pool"] = "corpus"
+    """``corpus``: BM25 over the study's corpus; ``pool``: logged candidate-pool search."""
+    pools: dict[str, str] = Field(default_factory=dict)
+    """Pool file per card id (``[search.pools]``), relative to the study file; every card needs one."""
+    selection: list[Literal["agent", "uniform"]] = Field(default_factory=lambda: ["agent"])
+    """Selection cells to run (a list expands into slots): controller or uniform probabilities."""
+    stopping: list[Literal["fixed", "adaptive"]] = Field(default_factory=lambda: ["fixed"])
+    """Stopping cells to run: exactly K searches, or the agent's wish as a sampled decision."""
+    ranking: list[Literal["original", "pro", "anti"]] = Field(default_factory=lambda: ["original"])
+    """Ranking conditions to run: original, supporting-first (pro) or opposing-first (anti)."""
+    controller: ControllerConfig = Field(default_factory=ControllerConfig)
+    """``[search.controller]``: budget K, ε, temperature, penalties, stop probabilities (0.75 / 0.10)."""
+
+    @field_validator("selection", "stopping", "ranking", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: object) -> object:
+        return [value] if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SearchSpec:
+        if {"selection", "stopping"} & self.controller.model_fields_set:
+            raise ValueError("set selection and stopping in [search], not in [search.controller]")
+        for name in ("selection", "stopping", "ranking"):
+            values = getattr(self, name)
+            if not values or len(set(values)) != len(values):
+                raise ValueError(f"{name} must list distinct values")
+        if (self.backend == "pool") != bool(self.pools):
+            raise ValueError("[search.pools] (card id = pool file) is required with backend 'pool' and only then")
+        return self
+
+    def conditions(self) -> list[SearchCondition | None]:
+        """The cells every (card, arm, model, harness, seed) runs: [None] for corpus search."""
+        if self.backend == "corpus":
+            return [None]
+        return [SearchCondition(selection=a, stopping=b, ranking=r)
+                for a, b, r in itertools.product(self.selection, self.stopping, self.ranking)]
+
+
+def pair_seed(slot: Slot) -> int:
+    """Seed of the common random numbers: card, model, harness and replicate seed only, so the
+    P and Q arms, the rankings and the selection × stopping cells of a replicate share draws."""
+    key = {"card_id": slot.card_id, "model": slot.model, "harness": slot.harness, "seed": slot.seed}
+    return int(sha256_json(key)[:16], 16)
+
+
+def _wish_stop(record: RunRecord) -> bool:
+    """A draft saved since the previous pool round (or since the start) is a wish to stop."""
+    for ev in reversed(record.events):
+        if isinstance(ev, PoolRoundEvent):
+            return False
+        if isinstance(ev, DraftEvent):
+            return True
+    return False
+
+
+class PoolSearchBackend:
+    """The search backend of ONE run over one pool; logs every round into the run record."""
+
+    def __init__(self, pool: LoadedPool, controller: PoolController, archive: Archive,
+                 record: RunRecord) -> None:
+        self.pool, self.controller, self.archive, self.record = pool, controller, archive, record
+        self.sha256 = pool.sha256
+        self.pool_blob = archive.put_blob(pool.path.read_bytes())
+        if self.pool_blob != pool.sha256:
+            raise ValueError(f"{pool.path}: pool file changed while the study was running")
+        self._opened: dict[str, CorpusDocument] = {}
+
+    def _log(self, **fields: object) -> None:
+        self.record.events.append(PoolRoundEvent(
+            event_id=next_event_id(self.record), pool_blob=self.pool_blob,
+            budget=self.controller.config.budget, **fields))
+
+    def search(self, query: str, k: int) -> list[SearchHit]:
+        """One controller round: one sampled document, or :class:`SearchSpent` once stopped."""
+        if self.controller.done:
+            raise SearchSpent(SPENT_MESSAGE)
+        wish = _wish_stop(self.record)
+        chosen = self.controller.step(query, wish_stop=wish)
+        if chosen is None:
+            stop = self.controller.stopped
+            assert stop is not None  # step returns None only after a sampled stop
+            self._log(round=stop.round, query=query, wish_stop=wish, stop_prob=stop.stop_prob,
+                      u_stop=stop.u_stop)
+            raise SearchSpent(SPENT_MESSAGE)
+        self._log(round=chosen.round, query=query, wish_stop=wish, stop_prob=chosen.stop_prob,
+                  u_stop=chosen.u_stop, probs_blob=self.archive.put_json_blob(chosen.probs),
+                  chosen=chosen.chosen, p_chosen=chosen.probs[chosen.chosen_index],
+                  u_select=chosen.u_select)
+        page = self.pool.documents[chosen.chosen_index].page()
+        self._opened[page.url] = page
+        return [SearchHit(doc_id=page.id, title=page.title, url=page.url, text=page.text, score=1.0)]
+
+    def page(self, url: str) -> CorpusDocument | None:
+        """Only documents this run's search returned can be read: what was opened is what was logged."""
+        return self._opened.get(url)
+
+
+@dataclass(frozen=True)
+class StudySearch:
+    """The search data of a study, loaded once, and the per-run backend factory."""
+
+    spec: SearchSpec
+    sha256: str
+    """Identity recorded as ``Slot.search_sha256``: the corpus sha, or a hash of pools + controller."""
+    corpus: Corpus | None
+    pools: dict[str, LoadedPool]
+    indexes: dict[str, PoolIndex]
+
+    def backend_for(self, slot: Slot, archive: Archive, record: RunRecord) -> SearchBackend:
+        """The corpus, or a fresh logged pool backend for this run's card and cell."""
+        cond = slot.search_condition
+        if cond is None:
+            assert self.corpus is not None
+            return self.corpus
+        config = self.spec.controller.model_copy(update={"selection": cond.selection, "stopping": cond.stopping})
+        controller = PoolController(self.indexes[slot.card_id], config, cond.ranking, pair_seed(slot))
+        return PoolSearchBackend(self.pools[slot.card_id], controller, archive, record)
+
+
+def open_search(spec: SearchSpec, corpus_path: Path | None, pool_paths: dict[str, Path]) -> StudySearch:
+    """Load the corpus or the pools (validated) and compute the search identity."""
+    if spec.backend == "corpus":
+        assert corpus_path is not None
+        corpus = load_corpus(corpus_path)
+        return StudySearch(spec, corpus.sha256, corpus, {}, {})
+    pools = {card: load_pool(p) for card, p in sorted(pool_paths.items())}
+    for card, pool in pools.items():
+        if any(c.ranking != "original" for c in spec.conditions() if c) and None in pool.scores:
+            raise ValueError(f"{pool.path}: pro/anti rankings need a score for every document (card {card})")
+    identity = {"pools": {c: p.sha256 for c, p in pools.items()},
+                "controller": spec.controller.model_dump(mode="json", exclude={"selection", "stopping"})}
+    # The corpus tokenizer: CJK bigrams and "6,000" == "6000", as in corpus search.
+    indexes = {card: PoolIndex.build(pool.candidates, tokenize) for card, pool in pools.items()}
+    return StudySearch(spec, sha256_json(identity), None, pools, indexes)
