@@ -8,8 +8,10 @@ import sys
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
+from draligned.archive import ArchiveError
 from draligned.cards import CardError
 from draligned.cli.evaluate import print_pair_matrix, run_read
 from draligned.cli.report import DEMO_PLAN, make_report
@@ -50,8 +52,9 @@ def _execute(study_path: Path, archive: str | Path | None, cache: str | None = N
         if cache_dir:
             study.spec.cache_dir = str(Path(cache_dir).resolve())
         result = asyncio.run(run_study(study, show_progress=console.is_terminal))
-    except (StudyError, CardError, ContractError, ModelError) as exc:
-        console.print(f"[red]error:[/red] {exc}")
+    except (StudyError, CardError, ContractError, ModelError, ArchiveError) as exc:
+        # Not wrapped (paths stay on one line, greppable) and not read as markup ("['p']" is text).
+        console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
         return 2, None
     _summary(result)
     failed = result.statuses.get("failed", 0)
