@@ -142,3 +142,23 @@ def test_killed_study_resumes_without_redoing_finished_runs(tmp_path):
     for name, data in done_before.items():  # nothing already archived was rewritten
         assert (archive.runs_dir / name).read_bytes() == data
     assert verify_archive(archive) == []
+
+
+@pytest.mark.parametrize("command", ["reindex", "ls", "stats"])
+def test_archive_commands_on_a_missing_archive_say_so_without_a_traceback(tmp_path, capsys, command):
+    missing = tmp_path / "no-such-archive"
+    assert main(["archive", command, str(missing)]) == 2
+    assert f"{missing}: no archive here" in capsys.readouterr().err
+    assert not missing.exists()
+
+
+def test_an_unreadable_run_record_is_named_by_reindex_and_run(small_archive, tmp_path, capsys):
+    study, archive = small_archive
+    copy = tmp_path / "copy"
+    subprocess.run(["cp", "-a", str(archive.root), str(copy)], check=True)
+    record = Archive(copy).record_paths()[0]
+    record.write_bytes(record.read_bytes()[:-40])
+    assert main(["archive", "reindex", str(copy)]) == 2
+    assert f"{record}: unreadable run record" in capsys.readouterr().err
+    assert main(["run", str(study), "--archive", str(copy)]) == 2
+    assert f"{record}: unreadable run record" in capsys.readouterr().err
