@@ -147,3 +147,24 @@ class TestHW:
         for label in (str(archive.root), run_id, study, rec.slot_id, str(tmp_path)):
             assert label not in seen
         assert re.search(r"(?<![A-Za-z0-9])P(?![A-Za-z0-9])", seen) is None  # the arm label
+
+
+@pytest.mark.sandbox
+@pytest.mark.skipif(not __import__("shutil").which("bwrap"), reason="bubblewrap (bwrap) is not installed")
+def test_a_run_that_fails_at_submit_carries_no_final(tmp_path, monkeypatch):
+    from draligned.executors import hw
+
+    real = hw.Snapshotter.__call__
+
+    def failing(self, ev):
+        if ev.tool == "submit_file":
+            raise OSError("snapshot failed")
+        return real(self, ev)
+
+    monkeypatch.setattr(hw.Snapshotter, "__call__", failing)
+    rec, _ = run_harness(tmp_path, "H-W", ScriptedModel([
+        reply(calls=[call("write_file", "c1", path="deliverable.md", content="report")]),
+        reply(calls=[call("submit_file", "c2", path="deliverable.md")]),
+    ]))
+    assert rec.status == "failed" and "snapshot failed" in rec.status_reason
+    assert rec.final_blob is None and not of_type(rec, FinalEvent)
