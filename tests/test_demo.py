@@ -58,6 +58,20 @@ def test_demo_end_to_end_and_rerun_is_free(tmp_path, capsys):
     again = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert again == stats
 
+    # The issue's check: a byte flipped in one blob is named by verify, and the demo run again into
+    # the same directory says the archive is damaged (no traceback, no report) and makes no call.
+    blob = archive.blob_path(records[0].final_blob)
+    data = bytearray(blob.read_bytes())
+    data[0] ^= 0x01
+    blob.write_bytes(bytes(data))
+    assert main(["archive", "verify", str(archive.root)]) == 1
+    assert str(blob) in capsys.readouterr().err
+    assert main(["demo", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"{blob}: blob altered" in err and "was not (re)written" in err and "Traceback" not in err
+    assert main(["archive", "stats", str(archive.root), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == stats
+
 
 def test_demo_arms_differ_in_what_the_simulator_searched(tmp_path):
     """The demo shows real differences between arms (the sim responds to the user condition)."""
@@ -69,3 +83,4 @@ def test_demo_arms_differ_in_what_the_simulator_searched(tmp_path):
         by_card.setdefault(r.slot.card_id, {}).setdefault(r.slot.arm, set()).update(queries)
     differing = [c for c, arms in by_card.items() if len({frozenset(q) for q in arms.values()}) > 1]
     assert len(differing) >= 3
+

@@ -90,10 +90,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
         return code
     print("Reading the archive with the SIMULATOR evaluator (lexical, offline; not a language model).",
           file=sys.stderr)
-    summary = run_read(result.archive, DEMO_EVALUATOR)
-    evaluator_id = load_evaluator(DEMO_EVALUATOR).evaluator_id
-    print_pair_matrix(pair_cells(result.archive, state_rows(result.archive, evaluator_id)), "final")
-    html = make_report(archive, DEMO_PLAN, evaluator_id, out / "report")
+    try:
+        summary = run_read(result.archive, DEMO_EVALUATOR)
+        evaluator_id = load_evaluator(DEMO_EVALUATOR).evaluator_id
+        print_pair_matrix(pair_cells(result.archive, state_rows(result.archive, evaluator_id)), "final")
+        html = make_report(archive, DEMO_PLAN, evaluator_id, out / "report")
+    except ArchiveError as exc:  # e.g. a blob altered since the runs: say so, never a traceback
+        print(f"error: {exc}\nThe archive is damaged, so it was not read and {out / 'report'} was not "
+              f"(re)written. See: draligned archive verify {archive}", file=sys.stderr)
+        return 2
     print(f"\nArchive: {archive}\nReport:  {html}\nNext:\n"
           f"  draligned archive verify {archive}\n"
           f"  draligned archive ls {archive}\n"
