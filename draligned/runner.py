@@ -74,7 +74,8 @@ async def run_study(study: Study, show_progress: bool = False) -> StudyResult:
     try:
         search = open_search(study.spec.search, study.corpus_path, study.pool_paths)
     except ValueError as exc:  # CorpusError, PoolFileError, unscored pools
-        raise StudyError(f"{study.path}: field search: {exc}") from exc
+        where = "corpus" if study.spec.search.backend == "corpus" else "search.pools"
+        raise StudyError(f"{study.path}: field {where}: {exc}") from exc
     slots = study.slots(search.sha256)
     todo, attempts = plan_resume(archive, slots)
     sandboxed = sorted({s.harness for s in todo if getattr(EXECUTORS[s.harness], "needs_sandbox", False)})

@@ -105,3 +105,12 @@ def test_unknown_harness_and_protocol_name_study_file_and_field(tmp_path):
     path.write_text(path.read_text().replace('protocol = "sim"', 'protocol = "simm"'))
     with pytest.raises(StudyError, match=r"t.toml: field models\[0\].protocol: model 'sim-agent': unknown protocol"):
         load_study(path)
+
+
+def test_a_bad_corpus_line_is_named_under_the_corpus_field(tmp_path, capsys):
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text('{"id": "x", "url": "u", "title": "t"}\n')
+    path = write_study(tmp_path, ["travel_budget_en.json"])
+    path.write_text(path.read_text().replace(str(REPO / "corpora/demo/corpus.jsonl"), str(corpus)))
+    assert main(["run", str(path)]) == 2
+    assert f"t.toml: field corpus: {corpus}:1: field 'text'" in capsys.readouterr().err
