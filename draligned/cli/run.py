@@ -11,7 +11,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from draligned.archive import ArchiveError
+from draligned.archive import Archive, ArchiveError
+from draligned.archive.index import rebuild_index
 from draligned.cards import CardError
 from draligned.cli.evaluate import print_pair_matrix, run_read
 from draligned.cli.report import DEMO_PLAN, make_report
@@ -51,7 +52,15 @@ def _execute(study_path: Path, archive: str | Path | None, cache: str | None = N
             study.spec.cache = cache
         if cache_dir:
             study.spec.cache_dir = str(Path(cache_dir).resolve())
-        result = asyncio.run(run_study(study, show_progress=console.is_terminal))
+        try:
+            result = asyncio.run(run_study(study, show_progress=console.is_terminal))
+        except KeyboardInterrupt:
+            archive = Archive(study.archive_root)
+            if archive.root.is_dir():
+                rebuild_index(archive)  # so ls/stats show the interrupted attempts
+            console.print(f"interrupted: finished runs are kept in {escape(str(archive.root))}; run the same "
+                          f"command again to resume (interrupted runs are rerun as new attempts)", soft_wrap=True)
+            return 130, None
     except (StudyError, CardError, ContractError, ModelError, ArchiveError) as exc:
         # Not wrapped (paths stay on one line, greppable) and not read as markup ("['p']" is text).
         console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
