@@ -162,3 +162,17 @@ def test_an_unreadable_run_record_is_named_by_reindex_and_run(small_archive, tmp
     assert f"{record}: unreadable run record" in capsys.readouterr().err
     assert main(["run", str(study), "--archive", str(copy)]) == 2
     assert f"{record}: unreadable run record" in capsys.readouterr().err
+
+
+def test_verify_names_a_deleted_run_record_and_a_deleted_started_marker(small_archive, tmp_path):
+    _, archive = small_archive
+    rebuild_index(archive)
+    copy = Archive(tmp_path / "copy")
+    subprocess.run(["cp", "-a", str(archive.root), str(copy.root)], check=True)
+    sealed, other = copy.record_paths()[:2]
+    marker = copy.runs_dir / other.name.replace(".json", ".started.json")
+    sealed.unlink()  # without the index this would look like an interrupted run
+    marker.unlink()
+    assert verify_archive(copy) == sorted([
+        f"{sealed}: missing run record (completed in index.duckdb)",
+        f"{marker}: missing started marker of sealed run {other.name.removesuffix('.json')}"])
