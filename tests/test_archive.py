@@ -176,3 +176,16 @@ def test_verify_names_a_deleted_run_record_and_a_deleted_started_marker(small_ar
     assert verify_archive(copy) == sorted([
         f"{sealed}: missing run record (completed in index.duckdb)",
         f"{marker}: missing started marker of sealed run {other.name.removesuffix('.json')}"])
+
+
+def test_a_second_run_on_the_same_archive_at_once_is_refused(tmp_path, capsys):
+    import fcntl
+
+    study = write_study(tmp_path, ["career_mobility_en.json"])
+    (tmp_path / "archive").mkdir()
+    with open(tmp_path / "archive" / ".run.lock", "w") as held:  # as a running 'draligned run' holds it
+        fcntl.flock(held, fcntl.LOCK_EX)
+        assert main(["run", str(study)]) == 2
+        assert "another 'draligned run' is writing to this archive" in capsys.readouterr().err
+        assert Archive(tmp_path / "archive").started_paths() == []
+    assert main(["run", str(study)]) == 0  # released: the study runs
