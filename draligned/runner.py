@@ -111,8 +111,11 @@ async def run_study(study: Study, show_progress: bool = False) -> StudyResult:
 def _lock_archive(archive: Archive) -> int:
     """An exclusive lock on the archive for one ``draligned run`` at a time (released when the fd
     closes or the process dies): two runs at once would both run, and archive, the same slots."""
-    archive.root.mkdir(parents=True, exist_ok=True)
-    fd = os.open(archive.root / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        archive.root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(archive.root / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:  # a file in the way, no permission, read-only disk
+        raise StudyError(f"{archive.root}: cannot use it as the archive directory: {exc.strerror}") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -126,3 +126,10 @@ def test_ctrl_c_during_a_study_exits_130_with_a_resume_hint_and_an_index(tmp_pat
     assert main(["run", str(path)]) == 130
     assert "interrupted: finished runs are kept" in capsys.readouterr().err
     assert (tmp_path / "archive" / "index.duckdb").exists()
+
+
+def test_an_archive_path_that_is_not_a_directory_is_a_clean_error(tmp_path, capsys):
+    (tmp_path / "afile").write_text("x")
+    path = write_study(tmp_path, ["travel_budget_en.json"])
+    assert main(["run", str(path), "--archive", str(tmp_path / "afile" / "archive")]) == 2
+    assert f"{tmp_path / 'afile' / 'archive'}: cannot use it as the archive directory" in capsys.readouterr().err
