@@ -50,6 +50,34 @@ def test_special_files_are_refused_and_snapshots_stop_at_the_cap(tmp_path):
     assert state.files == {"a": b"0123456789"} and state.oversize == {"b": 10}
 
 
+
+def test_unreadable_files_and_directories_are_recorded_not_a_crash_or_a_silent_gap(tmp_path, monkeypatch):
+    """As a non-root user the agent's `chmod 000` makes files unreadable to the orchestrator too."""
+    (tmp_path / "ok").write_text("x")
+    (tmp_path / "locked").write_text("secret")
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "f").write_text("y")
+    real_open, real_scandir = os.open, os.scandir
+
+    def denied(path):
+        return PermissionError(13, "Permission denied", str(path))
+
+    def guarded_open(path, flags, *rest):
+        if str(path).endswith("locked"):
+            raise denied(path)
+        return real_open(path, flags, *rest)
+
+    def guarded_scandir(path="."):
+        if str(path).endswith("/d"):
+            raise denied(path)
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "open", guarded_open)
+    monkeypatch.setattr(os, "scandir", guarded_scandir)
+    state = Workspace(tmp_path).manifest(1 << 20)
+    assert state.files == {"ok": b"x"}
+    assert state.unreadable == {"d": "Permission denied", "locked": "Permission denied"}
+
 @pytest.mark.parametrize("harness", ["H-W", "H-D"])
 def test_tool_descriptions_state_the_contract_limits(harness):
     contract = load_contract(harness).contract
