@@ -51,6 +51,14 @@ def test_special_files_are_refused_and_snapshots_stop_at_the_cap(tmp_path):
 
 
 
+def test_a_file_where_a_directory_is_needed_is_a_tool_error_not_a_failed_run(tmp_path):
+    (tmp_path / "notes.md").write_text("x")
+    ws = Workspace(tmp_path)
+    for path in ("notes.md/a", "notes.md/a/b"):
+        with pytest.raises(PathRefused, match=f"'{path}' cannot be written: "):
+            ws.write_text(path, "t")
+    assert (tmp_path / "notes.md").read_text() == "x"
+
 def test_unreadable_files_and_directories_are_recorded_not_a_crash_or_a_silent_gap(tmp_path, monkeypatch):
     """As a non-root user the agent's `chmod 000` makes files unreadable to the orchestrator too."""
     (tmp_path / "ok").write_text("x")

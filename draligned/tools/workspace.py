@@ -77,6 +77,8 @@ class Workspace:
             return real.read_bytes().decode("utf-8")
         except UnicodeDecodeError as exc:
             raise PathRefused(f"{path!r} is not UTF-8 text") from exc
+        except OSError as exc:  # e.g. made unreadable by the agent: a tool error, not a failed run
+            raise PathRefused(f"{path!r} cannot be read: {exc.strerror}") from exc
 
     def write_text(self, path: str, text: str) -> None:
         """Create or replace a file (parent directories too), owned by the sandbox uid."""
@@ -84,8 +86,11 @@ class Workspace:
         if real.exists() and not real.is_file():
             raise PathRefused(f"{path!r} exists and is not a regular file")
         missing = [d for d in [real.parent, *real.parent.parents] if self.root in d.parents and not d.exists()]
-        real.parent.mkdir(parents=True, exist_ok=True)
-        real.write_text(text, encoding="utf-8")
+        try:
+            real.parent.mkdir(parents=True, exist_ok=True)
+            real.write_text(text, encoding="utf-8")
+        except OSError as exc:  # e.g. a parent is a file ('notes.md/x'): a tool error, not a failed run
+            raise PathRefused(f"{path!r} cannot be written: {exc.strerror}") from exc
         if self.owner is not None:
             for p in [real, *missing]:
                 os.chown(p, self.owner, self.owner)
