@@ -60,7 +60,8 @@ def test_demo_end_to_end_and_rerun_is_free(tmp_path, capsys):
 
     # The check: a byte flipped in one blob is named by verify, and the demo run again into
     # the same directory says the archive is damaged (no traceback, no report) and makes no call.
-    blob = archive.blob_path(records[0].final_blob)
+    # A tool return: a blob no evaluator packet reads, so only verifying finds it.
+    blob = archive.blob_path(next(e.return_blob for e in records[0].events if isinstance(e, ToolCallEvent)))
     data = bytearray(blob.read_bytes())
     data[0] ^= 0x01
     blob.write_bytes(bytes(data))
@@ -68,7 +69,7 @@ def test_demo_end_to_end_and_rerun_is_free(tmp_path, capsys):
     assert str(blob) in capsys.readouterr().err
     assert main(["demo", "--out", str(out)]) == 2
     err = capsys.readouterr().err
-    assert f"{blob}: blob altered" in err and "was not (re)written" in err and "Traceback" not in err
+    assert f"{blob}: altered blob" in err and "was not (re)written" in err and "Traceback" not in err
     assert main(["archive", "stats", str(archive.root), "--json"]) == 0
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == stats
 

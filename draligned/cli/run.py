@@ -13,6 +13,7 @@ from rich.table import Table
 
 from draligned.archive import Archive, ArchiveError
 from draligned.archive.index import rebuild_index
+from draligned.archive.verify import verify_archive
 from draligned.cards import CardError
 from draligned.cli.evaluate import print_pair_matrix, run_read
 from draligned.cli.report import DEMO_PLAN, make_report
@@ -97,6 +98,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
     code, result = _execute(DEMO_STUDY, archive)
     if result is None:
         return code
+    # A rerun into an existing directory must not report over a damaged archive, whichever file was hit.
+    if problems := verify_archive(result.archive):
+        print("\n".join(problems) + f"\nerror: the archive is damaged ({len(problems)} problem(s)), so it was "
+              f"not read and {out / 'report'} was not (re)written", file=sys.stderr)
+        return 2
     print("Reading the archive with the SIMULATOR evaluator (lexical, offline; not a language model).",
           file=sys.stderr)
     try:
