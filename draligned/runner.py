@@ -8,6 +8,8 @@ marker only) or a ``failed`` one is rerun as a new attempt; the old record is ke
 from __future__ import annotations
 
 import asyncio
+import fcntl
+import os
 import secrets
 from collections import Counter
 from dataclasses import dataclass, field
@@ -27,6 +29,7 @@ from draligned.study import Study, StudyError
 from draligned.tools.pool_search import StudySearch, open_search
 
 FINISHED = ("completed", "budget_exhausted")
+LOCK_NAME = ".run.lock"
 
 
 @dataclass
@@ -74,7 +77,8 @@ async def run_study(study: Study, show_progress: bool = False) -> StudyResult:
     try:
         search = open_search(study.spec.search, study.corpus_path, study.pool_paths)
     except ValueError as exc:  # CorpusError, PoolFileError, unscored pools
-        raise StudyError(f"{study.path}: field search: {exc}") from exc
+        where = "corpus" if study.spec.search.backend == "corpus" else "search.pools"
+        raise StudyError(f"{study.path}: field {where}: {exc}") from exc
     slots = study.slots(search.sha256)
     todo, attempts = plan_resume(archive, slots)
     sandboxed = sorted({s.harness for s in todo if getattr(EXECUTORS[s.harness], "needs_sandbox", False)})
@@ -91,6 +95,39 @@ async def run_study(study: Study, show_progress: bool = False) -> StudyResult:
         models = {name: CachedModel(m, cache) for name, m in models.items()}
     for m in models.values():
         m.check_ready()  # a missing key fails this study before any run starts
+    lock = _lock_archive(archive) if todo else None
+    try:
+        if lock is not None:  # plan again under the lock: another run may have finished slots meanwhile
+            todo, attempts = plan_resume(archive, slots)
+            result.skipped = len(slots) - len(todo)
+        await _run_todo(study, archive, search, models, todo, attempts, result, show_progress)
+    finally:
+        if lock is not None:
+            os.close(lock)
+    rebuild_index(archive)
+    return result
+
+
+def _lock_archive(archive: Archive) -> int:
+    """An exclusive lock on the archive for one ``draligned run`` at a time (released when the fd
+    closes or the process dies): two runs at once would both run, and archive, the same slots."""
+    try:
+        archive.root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(archive.root / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:  # a file in the way, no permission, read-only disk
+        raise StudyError(f"{archive.root}: cannot use it as the archive directory: {exc.strerror}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise StudyError(f"{archive.root}: another 'draligned run' is writing to this archive; let it finish "
+                         f"(running the same study twice at once would run its slots twice)") from None
+    return fd
+
+
+async def _run_todo(study: Study, archive: Archive, search: StudySearch, models: dict[str, ModelAPI],
+                    todo: list[Slot], attempts: dict[str, int], result: StudyResult, show_progress: bool) -> None:
+    """Archive the study's provenance files and run the slots still to do, with bounded concurrency."""
     if todo:
         # Provenance: the exact study, card and contract bytes every run names by hash.
         archive.put_blob(study.path.read_bytes())
@@ -113,5 +150,3 @@ async def run_study(study: Study, show_progress: bool = False) -> StudyResult:
 
         result.records = list(await asyncio.gather(*(one(s) for s in todo)))
     result.statuses.update(r.status for r in result.records)
-    rebuild_index(archive)
-    return result

@@ -16,9 +16,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from draligned.cards import LoadedCard, require_runnable
 from draligned.executors.base import Budget
-from draligned.harness import LoadedContract, load_contract
+from draligned.harness import ContractError, LoadedContract, load_contract
 from draligned.hashing import sha256_bytes
 from draligned.models import ModelDeclaration
+from draligned.models.base import PROTOCOLS
 from draligned.records import Slot
 from draligned.tools.pool_search import SearchSpec
 
@@ -108,6 +109,13 @@ class Study(BaseModel):
         return out
 
 
+def _check_budget(path: Path, budget: Budget) -> None:
+    """Limits must be positive: a zero or negative limit ends every run before its first call."""
+    for key, value in budget.model_dump().items():
+        if value < 1:
+            raise StudyError(f"{path}: field budget.{key}: must be at least 1 (got {value})")
+
+
 def load_study(path: str | Path, archive_override: str | Path | None = None) -> Study:
     """Parse, validate and resolve a study file. Cards must validate and be PASS."""
     path = Path(path)
@@ -126,6 +134,11 @@ def load_study(path: str | Path, archive_override: str | Path | None = None) -> 
     names = [m.name for m in spec.models]
     if len(set(names)) != len(names):
         raise StudyError(f"{path}: field models: model names must be unique ({names})")
+    for i, m in enumerate(spec.models):
+        if m.protocol not in PROTOCOLS:
+            raise StudyError(f"{path}: field models[{i}].protocol: model {m.name!r}: unknown protocol "
+                             f"{m.protocol!r} (known: {', '.join(sorted(PROTOCOLS))})")
+    _check_budget(path, spec.budget)
     card_paths: list[Path] = []
     for pattern in spec.cards:
         matches = sorted(glob.glob(str(base / pattern)))
@@ -138,7 +151,18 @@ def load_study(path: str | Path, archive_override: str | Path | None = None) -> 
     if len(set(ids)) != len(ids):
         dup = sorted({i for i in ids if ids.count(i) > 1})
         raise StudyError(f"{path}: field cards: card ids must be unique across files ({dup})")
-    contracts = {h: load_contract(h) for h in spec.harnesses}
+    if spec.arms != "all":
+        # A typo (or an arm no listed card has) would otherwise drop slots silently.
+        known = {a for c in cards for a in c.card.arms()}
+        if unknown := [a for a in spec.arms if a not in known]:
+            raise StudyError(f"{path}: field arms: {unknown} is not an arm of any listed card "
+                             f"(arms: {sorted(known)})")
+        if armless := [c.card.card_id for c in cards if not set(c.card.arms()) & set(spec.arms)]:
+            raise StudyError(f"{path}: field arms: no listed arm applies to card(s) {armless}")
+    try:
+        contracts = {h: load_contract(h) for h in spec.harnesses}
+    except ContractError as exc:
+        raise StudyError(f"{path}: field harnesses: {exc}") from exc
     archive_root = Path(archive_override) if archive_override else base / spec.archive
     corpus_path = None if spec.corpus is None else base / spec.corpus
     if corpus_path is not None and not corpus_path.exists():

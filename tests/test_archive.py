@@ -142,3 +142,50 @@ def test_killed_study_resumes_without_redoing_finished_runs(tmp_path):
     for name, data in done_before.items():  # nothing already archived was rewritten
         assert (archive.runs_dir / name).read_bytes() == data
     assert verify_archive(archive) == []
+
+
+@pytest.mark.parametrize("command", ["reindex", "ls", "stats"])
+def test_archive_commands_on_a_missing_archive_say_so_without_a_traceback(tmp_path, capsys, command):
+    missing = tmp_path / "no-such-archive"
+    assert main(["archive", command, str(missing)]) == 2
+    assert f"{missing}: no archive here" in capsys.readouterr().err
+    assert not missing.exists()
+
+
+def test_an_unreadable_run_record_is_named_by_reindex_and_run(small_archive, tmp_path, capsys):
+    study, archive = small_archive
+    copy = tmp_path / "copy"
+    subprocess.run(["cp", "-a", str(archive.root), str(copy)], check=True)
+    record = Archive(copy).record_paths()[0]
+    record.write_bytes(record.read_bytes()[:-40])
+    assert main(["archive", "reindex", str(copy)]) == 2
+    assert f"{record}: unreadable run record" in capsys.readouterr().err
+    assert main(["run", str(study), "--archive", str(copy)]) == 2
+    assert f"{record}: unreadable run record" in capsys.readouterr().err
+
+
+def test_verify_names_a_deleted_run_record_and_a_deleted_started_marker(small_archive, tmp_path):
+    _, archive = small_archive
+    rebuild_index(archive)
+    copy = Archive(tmp_path / "copy")
+    subprocess.run(["cp", "-a", str(archive.root), str(copy.root)], check=True)
+    sealed, other = copy.record_paths()[:2]
+    marker = copy.runs_dir / other.name.replace(".json", ".started.json")
+    sealed.unlink()  # without the index this would look like an interrupted run
+    marker.unlink()
+    assert verify_archive(copy) == sorted([
+        f"{sealed}: missing run record (completed in index.duckdb)",
+        f"{marker}: missing started marker of sealed run {other.name.removesuffix('.json')}"])
+
+
+def test_a_second_run_on_the_same_archive_at_once_is_refused(tmp_path, capsys):
+    import fcntl
+
+    study = write_study(tmp_path, ["career_mobility_en.json"])
+    (tmp_path / "archive").mkdir()
+    with open(tmp_path / "archive" / ".run.lock", "w") as held:  # as a running 'draligned run' holds it
+        fcntl.flock(held, fcntl.LOCK_EX)
+        assert main(["run", str(study)]) == 2
+        assert "another 'draligned run' is writing to this archive" in capsys.readouterr().err
+        assert Archive(tmp_path / "archive").started_paths() == []
+    assert main(["run", str(study)]) == 0  # released: the study runs

@@ -58,6 +58,21 @@ def test_demo_end_to_end_and_rerun_is_free(tmp_path, capsys):
     again = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert again == stats
 
+    # The issue's check: a byte flipped in one blob is named by verify, and the demo run again into
+    # the same directory says the archive is damaged (no traceback, no report) and makes no call.
+    # A tool return: a blob no evaluator packet reads, so only verifying finds it.
+    blob = archive.blob_path(next(e.return_blob for e in records[0].events if isinstance(e, ToolCallEvent)))
+    data = bytearray(blob.read_bytes())
+    data[0] ^= 0x01
+    blob.write_bytes(bytes(data))
+    assert main(["archive", "verify", str(archive.root)]) == 1
+    assert str(blob) in capsys.readouterr().err
+    assert main(["demo", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"{blob}: altered blob" in err and "was not (re)written" in err and "Traceback" not in err
+    assert main(["archive", "stats", str(archive.root), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == stats
+
 
 def test_demo_arms_differ_in_what_the_simulator_searched(tmp_path):
     """The demo shows real differences between arms (the sim responds to the user condition)."""
@@ -69,3 +84,4 @@ def test_demo_arms_differ_in_what_the_simulator_searched(tmp_path):
         by_card.setdefault(r.slot.card_id, {}).setdefault(r.slot.arm, set()).update(queries)
     differing = [c for c, arms in by_card.items() if len({frozenset(q) for q in arms.values()}) > 1]
     assert len(differing) >= 3
+

@@ -50,6 +50,42 @@ def test_special_files_are_refused_and_snapshots_stop_at_the_cap(tmp_path):
     assert state.files == {"a": b"0123456789"} and state.oversize == {"b": 10}
 
 
+
+def test_a_file_where_a_directory_is_needed_is_a_tool_error_not_a_failed_run(tmp_path):
+    (tmp_path / "notes.md").write_text("x")
+    ws = Workspace(tmp_path)
+    for path in ("notes.md/a", "notes.md/a/b"):
+        with pytest.raises(PathRefused, match=f"'{path}' cannot be written: "):
+            ws.write_text(path, "t")
+    assert (tmp_path / "notes.md").read_text() == "x"
+
+def test_unreadable_files_and_directories_are_recorded_not_a_crash_or_a_silent_gap(tmp_path, monkeypatch):
+    """As a non-root user the agent's `chmod 000` makes files unreadable to the orchestrator too."""
+    (tmp_path / "ok").write_text("x")
+    (tmp_path / "locked").write_text("secret")
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "f").write_text("y")
+    real_open, real_scandir = os.open, os.scandir
+
+    def denied(path):
+        return PermissionError(13, "Permission denied", str(path))
+
+    def guarded_open(path, flags, *rest):
+        if str(path).endswith("locked"):
+            raise denied(path)
+        return real_open(path, flags, *rest)
+
+    def guarded_scandir(path="."):
+        if str(path).endswith("/d"):
+            raise denied(path)
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "open", guarded_open)
+    monkeypatch.setattr(os, "scandir", guarded_scandir)
+    state = Workspace(tmp_path).manifest(1 << 20)
+    assert state.files == {"ok": b"x"}
+    assert state.unreadable == {"d": "Permission denied", "locked": "Permission denied"}
+
 @pytest.mark.parametrize("harness", ["H-W", "H-D"])
 def test_tool_descriptions_state_the_contract_limits(harness):
     contract = load_contract(harness).contract
@@ -147,3 +183,24 @@ class TestHW:
         for label in (str(archive.root), run_id, study, rec.slot_id, str(tmp_path)):
             assert label not in seen
         assert re.search(r"(?<![A-Za-z0-9])P(?![A-Za-z0-9])", seen) is None  # the arm label
+
+
+@pytest.mark.sandbox
+@pytest.mark.skipif(not __import__("shutil").which("bwrap"), reason="bubblewrap (bwrap) is not installed")
+def test_a_run_that_fails_at_submit_carries_no_final(tmp_path, monkeypatch):
+    from draligned.executors import hw
+
+    real = hw.Snapshotter.__call__
+
+    def failing(self, ev):
+        if ev.tool == "submit_file":
+            raise OSError("snapshot failed")
+        return real(self, ev)
+
+    monkeypatch.setattr(hw.Snapshotter, "__call__", failing)
+    rec, _ = run_harness(tmp_path, "H-W", ScriptedModel([
+        reply(calls=[call("write_file", "c1", path="deliverable.md", content="report")]),
+        reply(calls=[call("submit_file", "c2", path="deliverable.md")]),
+    ]))
+    assert rec.status == "failed" and "snapshot failed" in rec.status_reason
+    assert rec.final_blob is None and not of_type(rec, FinalEvent)

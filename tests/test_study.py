@@ -76,3 +76,60 @@ def test_run_records_name_card_contract_and_request_fields(tmp_path):
     body = json.loads(result.archive.get_text(first_call.request_blob))
     assert body["messages"][1]["content"] == result.archive.get_text(rec.user_message_blob)
     assert [t["name"] for t in body["tools"]] == ["search", "read", "write_report", "submit_report"]
+
+
+def test_arms_that_no_card_has_are_refused_not_silently_dropped(tmp_path, capsys):
+    path = write_study(tmp_path, ["travel_budget_en.json"], extra='arms = ["p", "Q"]')
+    with pytest.raises(StudyError, match=r"t.toml: field arms: \['p'\] is not an arm of any listed card"):
+        load_study(path)
+    path = write_study(tmp_path, ["travel_budget_en.json", "car_insurance_2f_en.json"], extra='arms = ["P", "Q"]')
+    with pytest.raises(StudyError, match=r"field arms: no listed arm applies to card\(s\) \['car_insurance_2f_en'\]"):
+        load_study(path)
+    assert main(["run", str(path)]) == 2 and "field arms" in capsys.readouterr().err
+    assert not (tmp_path / "archive").exists()
+
+
+@pytest.mark.parametrize("key", ["max_model_calls", "max_tool_calls"])
+def test_non_positive_budget_is_refused_naming_the_field(tmp_path, key):
+    path = write_study(tmp_path, ["travel_budget_en.json"])
+    path.write_text(path.read_text().replace(f"{key} = ", f"{key} = 0 # "))
+    with pytest.raises(StudyError, match=rf"t.toml: field budget.{key}: must be at least 1"):
+        load_study(path)
+
+
+def test_unknown_harness_and_protocol_name_study_file_and_field(tmp_path):
+    path = write_study(tmp_path, ["travel_budget_en.json"], extra='harnesses = ["H01"]')
+    with pytest.raises(StudyError, match=r"t.toml: field harnesses: .*no contract for harness 'H01'"):
+        load_study(path)
+    path = write_study(tmp_path, ["travel_budget_en.json"])
+    path.write_text(path.read_text().replace('protocol = "sim"', 'protocol = "simm"'))
+    with pytest.raises(StudyError, match=r"t.toml: field models\[0\].protocol: model 'sim-agent': unknown protocol"):
+        load_study(path)
+
+
+def test_a_bad_corpus_line_is_named_under_the_corpus_field(tmp_path, capsys):
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text('{"id": "x", "url": "u", "title": "t"}\n')
+    path = write_study(tmp_path, ["travel_budget_en.json"])
+    path.write_text(path.read_text().replace(str(REPO / "corpora/demo/corpus.jsonl"), str(corpus)))
+    assert main(["run", str(path)]) == 2
+    assert f"t.toml: field corpus: {corpus}:1: field 'text'" in capsys.readouterr().err
+
+
+def test_ctrl_c_during_a_study_exits_130_with_a_resume_hint_and_an_index(tmp_path, capsys, monkeypatch):
+    async def interrupted(study, show_progress=False):
+        Archive(study.archive_root).root.mkdir(parents=True)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("draligned.cli.run.run_study", interrupted)
+    path = write_study(tmp_path, ["travel_budget_en.json"])
+    assert main(["run", str(path)]) == 130
+    assert "interrupted: finished runs are kept" in capsys.readouterr().err
+    assert (tmp_path / "archive" / "index.duckdb").exists()
+
+
+def test_an_archive_path_that_is_not_a_directory_is_a_clean_error(tmp_path, capsys):
+    (tmp_path / "afile").write_text("x")
+    path = write_study(tmp_path, ["travel_budget_en.json"])
+    assert main(["run", str(path), "--archive", str(tmp_path / "afile" / "archive")]) == 2
+    assert f"{tmp_path / 'afile' / 'archive'}: cannot use it as the archive directory" in capsys.readouterr().err

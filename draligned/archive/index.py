@@ -13,7 +13,7 @@ from pathlib import Path
 
 import duckdb
 
-from draligned.archive.store import Archive
+from draligned.archive.store import Archive, ArchiveError
 from draligned.cess.archive_runs import CESS_RUNS_DDL, cess_rows, pool_runs
 from draligned.records import (
     DraftEvent, FinalEvent, ModelAttemptEvent, ModelCallEvent, NoticeEvent, PoolRoundEvent, RunRecord,
@@ -100,8 +100,15 @@ def bulk_insert(con: duckdb.DuckDBPyConnection, table: str, rows: list[tuple]) -
                     f"columns={spec})", [str(path)])
 
 
+def require_archive(archive: Archive) -> None:
+    """ArchiveError unless the archive root is a directory (a mistyped path is not an empty archive)."""
+    if not archive.root.is_dir():
+        raise ArchiveError(f"{archive.root}: no archive here (not a directory)")
+
+
 def rebuild_index(archive: Archive) -> Path:
     """Rebuild ``index.duckdb`` from the run records (started markers included), blobs and reads."""
+    require_archive(archive)
     target = archive.root / "index.duckdb"
     tmp = archive.root / ".index.duckdb.tmp"
     for stale in (tmp, Path(str(tmp) + ".wal")):
@@ -136,6 +143,7 @@ def _size(archive: Archive, sha: str) -> int | None:
 
 def connect(archive: Archive, rebuild_if_missing: bool = True) -> duckdb.DuckDBPyConnection:
     """Open the index read-only, rebuilding it first if it does not exist."""
+    require_archive(archive)
     path = archive.root / "index.duckdb"
     if not path.exists() and rebuild_if_missing:
         rebuild_index(archive)

@@ -17,6 +17,8 @@ import os
 import tempfile
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from draligned.hashing import canonical_json, sha256_bytes
 from draligned.records import RunRecord
 
@@ -130,8 +132,12 @@ class Archive:
 
     @staticmethod
     def load_record(path: Path) -> RunRecord:
-        """Parse a run record file (no hash check; see ``verify``)."""
-        return RunRecord.model_validate_json(path.read_bytes())
+        """Parse a run record file (no hash check; see ``verify``); ArchiveError naming it if unreadable."""
+        try:
+            return RunRecord.model_validate_json(path.read_bytes())
+        except ValidationError as exc:
+            raise ArchiveError(f"{path}: unreadable run record ({exc.errors()[0]['msg']}); "
+                               f"run 'draligned archive verify' on the archive") from None
 
     def records(self) -> list[RunRecord]:
         """All final run records."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import duckdb
 from pydantic import ValidationError
 
 from draligned.archive.store import Archive
@@ -29,6 +30,7 @@ def verify_archive(archive: Archive) -> list[str]:
         for sha, kind in record.blob_refs() + [(e, "final") for e in [record.final_blob] if e]:
             if not archive.blob_path(sha).exists():
                 problems.append(f"{archive.blob_path(sha)}: missing {kind} blob referenced by {path.name}")
+    problems += _missing_records(archive)
     from draligned.evaluator.storage import verify_reads  # the evaluator depends on the archive
 
     problems += verify_reads(archive)
@@ -47,3 +49,23 @@ def _check_record(path: Path, problems: list[str]) -> RunRecord | None:
     if sha256_json(body) != data.get("record_sha256"):
         problems.append(f"{path}: altered run record (record_sha256 does not match its content)")
     return record
+
+
+def _missing_records(archive: Archive) -> list[str]:
+    """Run record files that must exist but do not. Every run writes its started marker before
+    anything else, so a sealed record without one lost a file; and a run the index lists as ended
+    whose sealed record is gone would otherwise pass for an interrupted run (and be rerun)."""
+    started = {p.name.removesuffix(".started.json") for p in archive.started_paths()}
+    sealed = {p.name.removesuffix(".json") for p in archive.record_paths()}
+    problems = [f"{archive.runs_dir / (r + '.started.json')}: missing started marker of sealed run {r}"
+                for r in sorted(sealed - started)]
+    index = archive.root / "index.duckdb"
+    if index.exists():
+        try:
+            with duckdb.connect(str(index), read_only=True) as con:
+                ended = con.execute("SELECT run_id, status FROM runs WHERE status <> 'started'").fetchall()
+        except duckdb.Error:  # an index from another version or a damaged one: it is derived, skip it
+            ended = []
+        problems += [f"{archive.runs_dir / (r + '.json')}: missing run record ({status} in index.duckdb)"
+                     for r, status in ended if r not in sealed]
+    return problems

@@ -26,13 +26,24 @@ def register(sub: argparse._SubParsersAction) -> None:
     ):
         q = s.add_parser(name, help=help_)
         q.add_argument("archive")
-        q.set_defaults(func=func)
+        q.set_defaults(func=_clean_errors(func))
         if name == "stats":
             q.add_argument("--json", action="store_true", help="print one JSON object")
     q = s.add_parser("show", help="show one run record and its events")
     q.add_argument("archive")
     q.add_argument("run_id")
     q.set_defaults(func=cmd_show)
+
+
+def _clean_errors(func):
+    """A missing or damaged archive is reported as one line naming the path (exit 2), not a traceback."""
+    def wrapped(args: argparse.Namespace) -> int:
+        try:
+            return func(args)
+        except ArchiveError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+    return wrapped
 
 
 def cmd_verify(args: argparse.Namespace) -> int:

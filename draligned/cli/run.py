@@ -8,8 +8,12 @@ import sys
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
+from draligned.archive import Archive, ArchiveError
+from draligned.archive.index import rebuild_index
+from draligned.archive.verify import verify_archive
 from draligned.cards import CardError
 from draligned.cli.evaluate import print_pair_matrix, run_read
 from draligned.cli.report import DEMO_PLAN, make_report
@@ -49,9 +53,18 @@ def _execute(study_path: Path, archive: str | Path | None, cache: str | None = N
             study.spec.cache = cache
         if cache_dir:
             study.spec.cache_dir = str(Path(cache_dir).resolve())
-        result = asyncio.run(run_study(study, show_progress=console.is_terminal))
-    except (StudyError, CardError, ContractError, ModelError) as exc:
-        console.print(f"[red]error:[/red] {exc}")
+        try:
+            result = asyncio.run(run_study(study, show_progress=console.is_terminal))
+        except KeyboardInterrupt:
+            archive = Archive(study.archive_root)
+            if archive.root.is_dir():
+                rebuild_index(archive)  # so ls/stats show the interrupted attempts
+            console.print(f"interrupted: finished runs are kept in {escape(str(archive.root))}; run the same "
+                          f"command again to resume (interrupted runs are rerun as new attempts)", soft_wrap=True)
+            return 130, None
+    except (StudyError, CardError, ContractError, ModelError, ArchiveError) as exc:
+        # Not wrapped (paths stay on one line, greppable) and not read as markup ("['p']" is text).
+        console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
         return 2, None
     _summary(result)
     failed = result.statuses.get("failed", 0)
@@ -85,12 +98,22 @@ def cmd_demo(args: argparse.Namespace) -> int:
     code, result = _execute(DEMO_STUDY, archive)
     if result is None:
         return code
+    # A rerun into an existing directory must not report over a damaged archive, whichever file was hit.
+    if problems := verify_archive(result.archive):
+        print("\n".join(problems) + f"\nerror: the archive is damaged ({len(problems)} problem(s)), so it was "
+              f"not read and {out / 'report'} was not (re)written", file=sys.stderr)
+        return 2
     print("Reading the archive with the SIMULATOR evaluator (lexical, offline; not a language model).",
           file=sys.stderr)
-    summary = run_read(result.archive, DEMO_EVALUATOR)
-    evaluator_id = load_evaluator(DEMO_EVALUATOR).evaluator_id
-    print_pair_matrix(pair_cells(result.archive, state_rows(result.archive, evaluator_id)), "final")
-    html = make_report(archive, DEMO_PLAN, evaluator_id, out / "report")
+    try:
+        summary = run_read(result.archive, DEMO_EVALUATOR)
+        evaluator_id = load_evaluator(DEMO_EVALUATOR).evaluator_id
+        print_pair_matrix(pair_cells(result.archive, state_rows(result.archive, evaluator_id)), "final")
+        html = make_report(archive, DEMO_PLAN, evaluator_id, out / "report")
+    except ArchiveError as exc:  # e.g. a blob altered since the runs: say so, never a traceback
+        print(f"error: {exc}\nThe archive is damaged, so it was not read and {out / 'report'} was not "
+              f"(re)written. See: draligned archive verify {archive}", file=sys.stderr)
+        return 2
     print(f"\nArchive: {archive}\nReport:  {html}\nNext:\n"
           f"  draligned archive verify {archive}\n"
           f"  draligned archive ls {archive}\n"

@@ -326,10 +326,12 @@ class Loop:
         ev = self.writer.tool_call(call, outcome.text, outcome.error, outcome.request_text, self.role)
         if outcome.draft is not None:
             self.writer.draft(outcome.draft, ev.event_id)
-        if outcome.final is not None:
-            self.writer.final(outcome.final, outcome.final_by)
         if self.after_tool is not None:
             self.after_tool(ev)
+        # The final is recorded last: if anything after the tool (the snapshot) fails, the run fails
+        # without a final instead of being a failed run that carries a deliverable.
+        if outcome.final is not None:
+            self.writer.final(outcome.final, outcome.final_by)
         self.messages.append(Message(role="tool", content=outcome.text, tool_call_id=call.id, name=call.name))
         return outcome
 

@@ -98,6 +98,8 @@ class Snapshotter:
         changed.update({p: None for p in self.previous if p not in shas})
         self.previous = shas
         manifest = {"files": shas, "symlinks": state.symlinks, "oversize": state.oversize}
+        if state.unreadable:  # only when present, so ordinary manifests keep their bytes
+            manifest["unreadable"] = state.unreadable
         self.writer.snapshot(self.role, ev.event_id, manifest, changed, len(shas),
                              sum(len(d) for d in state.files.values()))
         current = state.files.get(DELIVERABLE)

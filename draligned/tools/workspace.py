@@ -10,7 +10,7 @@ is recorded by its target text).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 MOUNT = PurePosixPath("/workspace")
@@ -29,6 +29,8 @@ class Manifest:
     files: dict[str, bytes]
     symlinks: dict[str, str]
     oversize: dict[str, int]
+    unreadable: dict[str, str] = field(default_factory=dict)
+    """Files or directories the orchestrator could not read (e.g. the agent ran chmod 000), with why."""
 
 
 class Workspace:
@@ -75,6 +77,8 @@ class Workspace:
             return real.read_bytes().decode("utf-8")
         except UnicodeDecodeError as exc:
             raise PathRefused(f"{path!r} is not UTF-8 text") from exc
+        except OSError as exc:  # e.g. made unreadable by the agent: a tool error, not a failed run
+            raise PathRefused(f"{path!r} cannot be read: {exc.strerror}") from exc
 
     def write_text(self, path: str, text: str) -> None:
         """Create or replace a file (parent directories too), owned by the sandbox uid."""
@@ -82,8 +86,11 @@ class Workspace:
         if real.exists() and not real.is_file():
             raise PathRefused(f"{path!r} exists and is not a regular file")
         missing = [d for d in [real.parent, *real.parent.parents] if self.root in d.parents and not d.exists()]
-        real.parent.mkdir(parents=True, exist_ok=True)
-        real.write_text(text, encoding="utf-8")
+        try:
+            real.parent.mkdir(parents=True, exist_ok=True)
+            real.write_text(text, encoding="utf-8")
+        except OSError as exc:  # e.g. a parent is a file ('notes.md/x'): a tool error, not a failed run
+            raise PathRefused(f"{path!r} cannot be written: {exc.strerror}") from exc
         if self.owner is not None:
             for p in [real, *missing]:
                 os.chown(p, self.owner, self.owner)
@@ -94,8 +101,13 @@ class Workspace:
         files: dict[str, bytes] = {}
         symlinks: dict[str, str] = {}
         oversize: dict[str, int] = {}
+        unreadable: dict[str, str] = {}
         total = 0
-        for dirpath, dirnames, filenames in os.walk(self.root):
+
+        def note(exc: OSError) -> None:  # recorded, never a crash of the run nor a silent gap
+            unreadable[Path(exc.filename).relative_to(self.root).as_posix()] = exc.strerror or type(exc).__name__
+
+        for dirpath, dirnames, filenames in os.walk(self.root, onerror=note):
             for name in sorted(dirnames + filenames):
                 full = Path(dirpath) / name
                 rel = full.relative_to(self.root).as_posix()
@@ -106,9 +118,13 @@ class Workspace:
                     if total + size > max_bytes:
                         oversize[rel] = size
                         continue
-                    fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW)
+                    try:
+                        fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW)
+                    except OSError as exc:
+                        note(exc)
+                        continue
                     with os.fdopen(fd, "rb") as fh:
                         files[rel] = fh.read()
                     total += len(files[rel])
         return Manifest(files=dict(sorted(files.items())), symlinks=dict(sorted(symlinks.items())),
-                        oversize=dict(sorted(oversize.items())))
+                        oversize=dict(sorted(oversize.items())), unreadable=dict(sorted(unreadable.items())))
