@@ -6,6 +6,7 @@ message, and a read-only replay sends no request."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -26,7 +27,7 @@ def key(monkeypatch: pytest.MonkeyPatch) -> str:
     return KEY
 
 
-def study_file(tmp: Path, servers: dict[str, WireServer], extra: str = "", retry: str = "") -> Path:
+def study_file(tmp: Path, servers: dict[str, WireServer], extra: str = "", model_extra: str = "") -> Path:
     models = "".join(f"""
 [[models]]
 name = "m-{proto}"
@@ -34,7 +35,7 @@ protocol = "{proto}"
 model = "requested-{proto}"
 base_url = "{server.base_url}"
 api_key_env = "INDEPENDENT_KEY"
-{retry}
+{model_extra}
 """ for proto, server in servers.items())
     path = tmp / "independent.toml"
     path.write_text(f"""name = "independent"
@@ -125,7 +126,7 @@ def test_broken_replies_fail_the_run_with_their_reason(tmp_path, proto, turns, r
 def test_persistent_5xx_gives_up_with_every_attempt_recorded(tmp_path, proto, capsys):
     with WireServer(proto, ["submit"], always=(503, {})) as server:
         study = study_file(tmp_path, {proto: server}, 'arms = ["P"]',
-                           retry="retry = { max_attempts = 3, initial_wait_s = 0.01 }")
+                           model_extra="retry = { max_attempts = 3, initial_wait_s = 0.01 }")
         assert main(["run", str(study)]) == 1
         assert len(server.log) == 3
     out = capsys.readouterr()
@@ -157,10 +158,46 @@ def test_client_errors_fail_fast_naming_the_model_never_the_key(tmp_path, proto,
 def test_a_stalled_attempt_times_out_and_is_retried(tmp_path, proto):
     with WireServer(proto, ["submit"], {0: (0, {"seconds": "0.8"})}) as server:
         study = study_file(tmp_path, {proto: server}, 'arms = ["P"]',
-                           retry="retry = { timeout_s = 0.2, initial_wait_s = 0.01 }")
+                           model_extra="retry = { timeout_s = 0.2, initial_wait_s = 0.01 }")
         assert main(["run", str(study)]) == 0
         assert len(server.log) == 2
     (rec,) = Archive(tmp_path / "archive").records()
     assert rec.status == "completed"
     (attempt,) = [e.attempt for e in rec.events if isinstance(e, ModelAttemptEvent)]
     assert attempt.status_code is None and "Timeout" in attempt.error
+
+
+@pytest.mark.parametrize(("proto", "fields", "expected"), [
+    ("openai-chat", 'request = { reasoning_effort = "none", thinking = { type = "disabled" } }\nomit = ["temperature"]',
+     {"reasoning_effort": "none", "thinking": {"type": "disabled"}, "max_completion_tokens": 16000,
+      "parallel_tool_calls": False}),
+    ("openai-responses", 'request = { reasoning = { effort = "none" } }',
+     {"reasoning": {"effort": "none"}, "temperature": 1.0, "max_output_tokens": 16000,
+      "parallel_tool_calls": False}),
+    ("anthropic", 'request = { thinking = { type = "disabled" } }\nomit = ["temperature"]',
+     {"thinking": {"type": "disabled"}, "max_tokens": 16000,
+      "tool_choice": {"type": "auto", "disable_parallel_tool_use": True}}),
+])
+def test_declared_fields_are_sent_exactly_and_the_body_as_sent_is_archived(tmp_path, proto, fields, expected):
+    with WireServer(proto, ["submit"]) as server:
+        study = study_file(tmp_path, {proto: server}, 'arms = ["P"]', model_extra=fields)
+        assert main(["run", str(study)]) == 0
+        (sent,) = [e["body"] for e in server.log]
+    context = {"messages", "tools", "input", "system", "model"}
+    assert {k: v for k, v in sent.items() if k not in context} == expected
+    assert sent["model"] == f"requested-{proto}"
+    archive = Archive(tmp_path / "archive")
+    (rec,) = archive.records()
+    (call,) = [e for e in rec.events if isinstance(e, ModelCallEvent)]
+    assert json.loads(archive.get_text(call.request_blob)) == sent
+
+
+@pytest.mark.parametrize("proto", ("openai-chat", "openai-responses"))
+def test_reported_reasoning_tokens_violate_require_zero_reasoning_tokens(tmp_path, proto):
+    with WireServer(proto, ["submit"]) as server:  # every reply reports 5 reasoning tokens
+        study = study_file(tmp_path, {proto: server}, 'arms = ["P"]',
+                           model_extra="checks = { require_zero_reasoning_tokens = true }")
+        assert main(["run", str(study)]) == 1
+    (rec,) = Archive(tmp_path / "archive").records()
+    assert rec.status == "failed" and "require_zero_reasoning_tokens" in rec.status_reason
+    assert rec.final_blob is None
