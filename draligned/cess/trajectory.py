@@ -183,8 +183,12 @@ def load_trajectories(path: str | Path) -> list[Trajectory]:
     """Read a JSON Lines file of trajectories (blank lines ignored); the first invalid line raises."""
     trajectories: list[Trajectory] = []
     seen: set[str] = set()
-    with Path(path).open(encoding="utf-8") as handle:
-        for number, text in enumerate(handle, start=1):
+    with Path(path).open("rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise TrajectoryError(number, "<json>", f"not UTF-8 text: {exc}") from None
             if text.strip():
                 traj = parse_trajectory(text, number)
                 if traj.trajectory_id in seen:

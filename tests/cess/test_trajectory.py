@@ -118,6 +118,13 @@ def test_unparsable_lines(tmp_path: Path, text: str) -> None:
         load_trajectories(_write(tmp_path, [VALID, copy.deepcopy(VALID) | {"trajectory_id": "x"}, text]))
 
 
+def test_a_line_that_is_not_utf8_is_named_not_a_traceback(tmp_path: Path) -> None:
+    path = _write(tmp_path, [VALID])
+    path.write_bytes(path.read_bytes() + b'{"trajectory_id": "\xff"}\n')
+    with pytest.raises(TrajectoryError, match=r"^line 2: <json>: not UTF-8"):
+        load_trajectories(path)
+
+
 def test_duplicate_trajectory_ids(tmp_path: Path) -> None:
     with pytest.raises(TrajectoryError, match=r"^line 2: trajectory_id: duplicate"):
         load_trajectories(_write(tmp_path, [VALID, VALID]))
