@@ -4,8 +4,8 @@ Written from the public wire formats, not from ``tests/fake_providers.py`` nor f
 provider code, as a stand-in for the checker's servers: one ``WireServer`` speaks one
 protocol (``openai-chat``, ``openai-responses`` or ``anthropic``) and answers from a
 *fault plan* (by global request number: an HTTP error status whose message quotes the
-credential sent, with extra headers such as Retry-After; or status 0, a stall of
-``{"seconds": s}`` before a normal answer) and a *turn plan* (what the agent says,
+credential sent, with extra headers such as Retry-After; 502, a proxy's HTML page; -1, a
+hang-up with no response; or 0, a stall of ``{"seconds": s}`` before a normal answer) and a *turn plan* (what the agent says,
 chosen by how many tool results the request already carries, so every run sees the same
 conversation whatever the interleaving of concurrent runs).
 
@@ -62,6 +62,17 @@ class WireServer:
                 fault = server.always or server.faults.get(number)
                 if fault is not None and fault[0] == 0:  # a stall: answer normally, but too late
                     time.sleep(float(fault[1]["seconds"]))
+                elif fault is not None and fault[0] == -1:  # hang up without any response
+                    self.close_connection = True
+                    return
+                elif fault is not None and fault[0] == 502:  # a proxy's HTML error page, not JSON
+                    page = b"<html><body>502 Bad Gateway</body></html>"
+                    self.send_response(502)
+                    self.send_header("content-type", "text/html")
+                    self.send_header("content-length", str(len(page)))
+                    self.end_headers()
+                    self.wfile.write(page)
+                    return
                 elif fault is not None:
                     status, headers = fault
                     # Like some providers, quote the credential that was sent back in the error text.

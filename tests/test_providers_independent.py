@@ -155,6 +155,19 @@ def test_client_errors_fail_fast_naming_the_model_never_the_key(tmp_path, proto,
 
 
 @pytest.mark.parametrize("proto", PROTOCOLS)
+def test_a_hang_up_and_a_proxy_error_page_are_retried(tmp_path, proto):
+    with WireServer(proto, ["submit"], {0: (-1, {}), 1: (502, {})}) as server:
+        study = study_file(tmp_path, {proto: server}, 'arms = ["P"]')
+        assert main(["run", str(study)]) == 0
+        assert len(server.log) == 3
+    (rec,) = Archive(tmp_path / "archive").records()
+    assert rec.status == "completed"
+    attempts = [e.attempt for e in rec.events if isinstance(e, ModelAttemptEvent)]
+    assert [(a.attempt, a.status_code) for a in attempts] == [(1, None), (2, 502)]
+    assert "Connection" in attempts[0].error
+
+
+@pytest.mark.parametrize("proto", PROTOCOLS)
 def test_a_stalled_attempt_times_out_and_is_retried(tmp_path, proto):
     with WireServer(proto, ["submit"], {0: (0, {"seconds": "0.8"})}) as server:
         study = study_file(tmp_path, {proto: server}, 'arms = ["P"]',
