@@ -13,7 +13,7 @@ Turn kinds: ``malformed`` (a search call whose arguments are ``{}""``), ``split`
 call whose JSON arguments are spread over two choices / content blocks / output items, plus
 a text part), ``two`` (write_report and submit_report in one reply), ``submit``, ``dropped``
 (a tool-call finish with no tool call), ``length`` (truncated by the output cap), ``empty``
-(a "successful" reply with nothing in it).
+(a "successful" reply with nothing in it), ``refusal``.
 """
 
 from __future__ import annotations
@@ -135,6 +135,8 @@ class WireServer:
             calls, text, finish = [], "This report is cut of", "length"
         elif kind == "empty":
             calls, finish = [], "stop"
+        elif kind == "refusal":
+            calls, finish = [], "refusal"
         else:
             raise ValueError(kind)
         return getattr(self, "_" + self.protocol.replace("-", "_"))(calls, text, finish, number)
@@ -143,6 +145,8 @@ class WireServer:
         choices = []
         for i, part in enumerate(parts or [[]]):
             msg: dict[str, Any] = {"role": "assistant", "content": text if i == 0 else None}
+            if finish == "refusal":
+                msg["refusal"], finish = "I can't help with that.", "stop"
             if part:
                 msg["tool_calls"] = [{"id": c, "type": "function", "function": {"name": n, "arguments": a}}
                                      for c, n, a in part]
@@ -158,6 +162,9 @@ class WireServer:
         if text is not None:
             output.append({"type": "message", "id": f"msg_{number}", "role": "assistant", "status": "completed",
                            "content": [{"type": "output_text", "text": text, "annotations": []}]})
+        if finish == "refusal":
+            output.append({"type": "message", "id": f"msg_{number}", "role": "assistant", "status": "completed",
+                           "content": [{"type": "refusal", "refusal": "I can't help with that."}]})
         for part in parts:
             output += [{"type": "function_call", "id": f"fc_{number}_{len(output)}", "call_id": c, "name": n,
                         "arguments": a, "status": "completed"} for c, n, a in part]
@@ -180,7 +187,7 @@ class WireServer:
                     value = a
                 content.append({"type": "tool_use", "id": c, "name": n,
                                 "input": value if isinstance(value, dict) else a})
-        stop = {"tool_calls": "tool_use", "length": "max_tokens", "stop": "end_turn"}[finish]
+        stop = {"tool_calls": "tool_use", "length": "max_tokens", "stop": "end_turn", "refusal": "refusal"}[finish]
         return {"id": f"msg_{number}", "type": "message", "role": "assistant", "model": ECHO, "content": content,
                 "stop_reason": stop, "stop_sequence": None,
                 "usage": {"input_tokens": 90, "output_tokens": 20, "cache_read_input_tokens": 10}}

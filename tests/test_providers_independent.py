@@ -112,6 +112,7 @@ def test_faults_malformed_and_split_replies_complete_on_all_three_protocols(tmp_
     *((p, ["dropped"], "dropped tool call") for p in ("openai-chat", "anthropic")),
     *((p, ["length"], "truncated") for p in PROTOCOLS),
     *((p, ["empty"], "empty reply") for p in PROTOCOLS),
+    *((p, ["malformed", "refusal"], "refusal") for p in PROTOCOLS),
 ])
 def test_broken_replies_fail_the_run_with_their_reason(tmp_path, proto, turns, reason):
     with WireServer(proto, turns) as server:
