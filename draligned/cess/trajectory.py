@@ -105,12 +105,71 @@ def _field_path(parts: Iterable[str | int]) -> str:
     return path or "<record>"
 
 
+#: Per-document arrays whose item rules :func:`_item_error` checks instead of jsonschema.
+_FAST_ARRAYS = (("pool", "doc_ids"), ("pool", "y"), ("pool", "m"), ("rounds", "probs"))
+
+
+def _schema_at(schema: dict[str, Any], where: str, name: str) -> dict[str, Any]:
+    """The schema of ``pool.<name>`` or of ``rounds[].<name>``."""
+    parent = schema["properties"][where]
+    return (parent["items"] if where == "rounds" else parent)["properties"][name]
+
+
+@cache
+def _validator() -> tuple[jsonschema.Draft202012Validator, dict[tuple[str, str], dict[str, Any]]]:
+    """The schema without the item rules of the per-document arrays, and those item rules.
+
+    Walking jsonschema over every number of a record cost about 6 ms per trajectory of 50
+    documents and 10 rounds (two minutes for 20,000 trajectories); a plain loop over the
+    items gives the same verdict, with jsonschema's messages, in a fraction of that.
+    """
+    schema = json.loads(json.dumps(trajectory_schema()))
+    items = {(where, name): _schema_at(schema, where, name).pop("items") for where, name in _FAST_ARRAYS}
+    return jsonschema.Draft202012Validator(schema), items
+
+
+def _item_problem(value: Any, rule: dict[str, Any]) -> str | None:
+    """Why ``value`` breaks an item rule (``type`` string/number/null, ``minLength``, ``minimum``)."""
+    types = rule["type"] if isinstance(rule["type"], list) else [rule["type"]]
+    is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not any({"string": isinstance(value, str), "number": is_number, "null": value is None}[t] for t in types):
+        return f"{value!r} is not of type {', '.join(repr(t) for t in types)}"
+    if isinstance(value, str) and len(value) < rule.get("minLength", 0):
+        return f"{value!r} should be non-empty"
+    if is_number and "minimum" in rule and value < rule["minimum"]:
+        return f"{value!r} is less than the minimum of {rule['minimum']}"
+    return None
+
+
+def _item_error(record: dict[str, Any], line: int,
+                rules: dict[tuple[str, str], dict[str, Any]]) -> TrajectoryError | None:
+    """The first item of a per-document array (in document order) that breaks its rule."""
+    arrays = [(f"pool.{name}", record["pool"].get(name), rules[("pool", name)])
+              for where, name in _FAST_ARRAYS if where == "pool"]
+    arrays += [(f"rounds[{t}].probs", rnd["probs"], rules[("rounds", "probs")])
+               for t, rnd in enumerate(record["rounds"])]
+    for field, values, rule in arrays:
+        if not values or _all_fine(values, rule):
+            continue
+        for j, value in enumerate(values):
+            if (problem := _item_problem(value, rule)) is not None:
+                return TrajectoryError(line, f"{field}[{j}]", problem)
+    return None
+
+
+def _all_fine(values: list[Any], rule: dict[str, Any]) -> bool:
+    """Quick verdict for the usual case: every number a plain int/float at or above any minimum."""
+    if rule["type"] != "number" or not all(type(v) is float or type(v) is int for v in values):
+        return False
+    return "minimum" not in rule or min(values) >= rule["minimum"]
+
+
 def _schema_error(record: Any, line: int) -> TrajectoryError | None:
     """The most relevant JSON Schema violation of ``record``, if any."""
-    validator = jsonschema.Draft202012Validator(trajectory_schema())
+    validator, item_rules = _validator()
     error = jsonschema.exceptions.best_match(validator.iter_errors(record))
     if error is None:
-        return None
+        return _item_error(record, line, item_rules)
     parts: list[str | int] = list(error.absolute_path)
     missing = re.match(r"'(.+)' is a required property", error.message)
     if error.validator == "required" and missing:
@@ -183,8 +242,12 @@ def load_trajectories(path: str | Path) -> list[Trajectory]:
     """Read a JSON Lines file of trajectories (blank lines ignored); the first invalid line raises."""
     trajectories: list[Trajectory] = []
     seen: set[str] = set()
-    with Path(path).open(encoding="utf-8") as handle:
-        for number, text in enumerate(handle, start=1):
+    with Path(path).open("rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise TrajectoryError(number, "<json>", f"not UTF-8 text: {exc}") from None
             if text.strip():
                 traj = parse_trajectory(text, number)
                 if traj.trajectory_id in seen:

@@ -136,3 +136,44 @@ def test_registered_in_the_main_cli(tmp_path: Path, capsys: pytest.CaptureFixtur
 def test_sizes_must_be_positive(argv: list[str]) -> None:
     with pytest.raises(SystemExit):
         _run(argv)
+
+
+# Worked by hand (lambda = 0.5), independently of the estimator code:
+# A: N=4, K=2, no stopping. mbar = 0.1; DR = 0.1 + (1/2)[(1-0.2)/(4*0.4) + (0.5-0)/(4*0.25)] = 0.6;
+#    IPW = (1/2)[1/1.6 + 0.5/1] = 0.5625; CESS = 0.1 + 0.5*0.5 = 0.35; Eq. 12 = 0.75 + 0.5(0.6-0.75);
+#    weights 0.625, 1 -> ESS = 1.625^2 / (0.625^2 + 1).
+# B: K=3, T=2 < K, d1 chosen twice, c_2 = 0.4 so s_2 = 0.6, m = 0:
+#    DR = IPW = (1/3)[0.8/(4*0.5) + 0.8/(4*0.5*0.6)] = 0.35556; Eq. 12 = 0.8 + 0.5(0.35556 - 0.8); theta* = -0.15.
+# C: d3, d4 have probability 0 in both rounds: D+ = {d1, d2}, rho = 1/2, mbar+ = 0.2;
+#    theta+ = 0.2 + (1/2)[(1-0.4)/(2*0.5*1) + (-0.5-0)/(2*1*0.8)] = 0.34375;
+#    interval 0.5*0.34375 -/+ 0.5; no point estimates.
+# D: T=1, p=0.05, m=-0.5: DR = -0.5 + (1/2)(1.1/0.2) = 2.25; Eq. 9 = clip(-0.5 + 0.5*2.75) = 0.875;
+#    Eq. 13 = -0.5 + 0.5(1 - (-0.5)) = 0.25; Eq. 12 = 0.6 + 0.5(1 - 0.6) = 0.8.
+HAND = {
+    "A": {"opened_mean": 0.75, "outcome_regression": 0.1, "ipw_raw": 0.5625, "dr_raw": 0.6, "cess": 0.35,
+          "cess_clip_then_shrink": 0.35, "cess_opened_anchor": 0.675, "ess": 1.625**2 / 1.390625,
+          "max_weight": 1.0, "theta_star": 0.125, "support_interval": None},
+    "B": {"opened_mean": 0.8, "outcome_regression": 0.0, "ipw_raw": 0.32 / 0.9, "dr_raw": 0.32 / 0.9,
+          "cess": 0.16 / 0.9, "cess_clip_then_shrink": 0.16 / 0.9, "cess_opened_anchor": 0.4 + 0.16 / 0.9,
+          "ess": (4 / 3) ** 2 / (0.25 + (5 / 6) ** 2), "max_weight": 5 / 6, "theta_star": -0.15,
+          "support_interval": None},
+    "C": {"opened_mean": 0.25, "ipw_raw": None, "dr_raw": None, "cess": None, "cess_clip_then_shrink": None,
+          "cess_opened_anchor": None, "theta_star": None, "support_interval": [-0.328125, 0.671875]},
+    "D": {"opened_mean": 0.6, "outcome_regression": -0.5, "ipw_raw": 1.5, "dr_raw": 2.25, "cess": 0.875,
+          "cess_clip_then_shrink": 0.25, "cess_opened_anchor": 0.8, "ess": 1.0, "max_weight": 5.0},
+}
+
+
+def test_estimate_json_reproduces_hand_computed_trajectories(capsys: pytest.CaptureFixture[str]) -> None:
+    from draligned.cli import main
+
+    path = Path(__file__).resolve().parents[1] / "fixtures" / "cess_hand_trajectories.jsonl"
+    assert main(["cess", "estimate", "--trajectories", str(path), "--lambda", "0.5", "--json"]) == 0
+    got = {r["trajectory_id"]: r for r in map(json.loads, capsys.readouterr().out.splitlines())}
+    assert set(got) == set(HAND)
+    for tid, expected in HAND.items():
+        for key, value in expected.items():
+            if value is None or isinstance(value, list):
+                assert got[tid][key] == (value if value is None else pytest.approx(value, abs=1e-12)), (tid, key)
+            else:
+                assert got[tid][key] == pytest.approx(value, abs=1e-12), (tid, key)

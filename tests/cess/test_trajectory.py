@@ -118,6 +118,13 @@ def test_unparsable_lines(tmp_path: Path, text: str) -> None:
         load_trajectories(_write(tmp_path, [VALID, copy.deepcopy(VALID) | {"trajectory_id": "x"}, text]))
 
 
+def test_a_line_that_is_not_utf8_is_named_not_a_traceback(tmp_path: Path) -> None:
+    path = _write(tmp_path, [VALID])
+    path.write_bytes(path.read_bytes() + b'{"trajectory_id": "\xff"}\n')
+    with pytest.raises(TrajectoryError, match=r"^line 2: <json>: not UTF-8"):
+        load_trajectories(path)
+
+
 def test_duplicate_trajectory_ids(tmp_path: Path) -> None:
     with pytest.raises(TrajectoryError, match=r"^line 2: trajectory_id: duplicate"):
         load_trajectories(_write(tmp_path, [VALID, VALID]))
@@ -130,3 +137,21 @@ def test_probability_tolerance() -> None:
     ok["rounds"][0]["probs"] = [0.5 + 5e-6, 0.25, 0.25]
     with pytest.raises(TrajectoryError):
         parse_trajectory(json.dumps(ok))
+
+
+@pytest.mark.parametrize(("path", "value"), [
+    ("pool.doc_ids.1", ""), ("pool.doc_ids.2", 3), ("pool.y.0", "1"), ("pool.y.2", True),
+    ("pool.m.1", None), ("pool.m.0", [0.1]), ("rounds.1.probs.2", -1e-9), ("rounds.0.probs.1", None),
+])
+def test_item_rules_checked_outside_jsonschema_match_the_full_schema(path: str, value: object) -> None:
+    """Per-document arrays skip jsonschema's per-item walk (speed) but not its verdict or field."""
+    bad = copy.deepcopy(VALID)
+    bad["pool"]["m"] = [0.0, 0.1, 0.2]
+    _set(path, value)(bad)
+    full = jsonschema.exceptions.best_match(
+        jsonschema.Draft202012Validator(trajectory_schema()).iter_errors(bad))
+    assert full is not None
+    with pytest.raises(TrajectoryError) as info:
+        parse_trajectory(json.dumps(bad), 7)
+    assert info.value.field.replace("[", ".").replace("]", "") == ".".join(map(str, full.absolute_path))
+    assert str(info.value) == f"line 7: {info.value.field}: {full.message}"
