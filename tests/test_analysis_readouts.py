@@ -222,3 +222,24 @@ def test_intervention_effects_and_icc():
     assert t["stopping"]["icc"] is None and t["stopping"]["icc_undefined"] == "no between-task variation"
     assert icc_1k({"A": [1.0]}).undefined_reason == "needs two tasks with two replicates"
     assert intervention_effects([], PLAN.cess).empty_reason.startswith("the archive has no complete 2x2")
+
+
+def test_pool_runs_pair_within_their_search_cell_and_cells_are_not_averaged():
+    """A pool study has one slot per (card, arm, model, harness, seed) and search cell: every cell
+    is its own pair, never collapsed into one, and the per-arm CESS table keeps cells apart."""
+    from draligned.analysis.cess_side import cess_by_arm
+    cells = ("agent/fixed/original", "uniform/fixed/original")
+    runs = [run(f"{a}{i}", a).model_copy(update={"search_cell": c, "slot_id": f"{a}/{c}"})
+            for i, c in enumerate(cells) for a in ("P", "Q")]
+    ps = build_pairs(runs, REPO_CARDS, PLAN)
+    assert [(p.search_cell, p.run_a.run_id, p.run_b.run_id) for p in ps] == [
+        ("agent/fixed/original", "P0", "Q0"), ("uniform/fixed/original", "P1", "Q1")]
+    cess = {"P0": CessRow(run_id="P0", opened_mean=0.2, estimate=0.1),
+            "Q0": CessRow(run_id="Q0", opened_mean=0.6, estimate=0.3),
+            "P1": CessRow(run_id="P1", opened_mean=0.4, estimate=0.2),
+            "Q1": CessRow(run_id="Q1", opened_mean=0.4, estimate=0.2)}
+    by_pair = {r["search_cell"]: r for r in cess_by_pair(ps, cess, PLAN.cess).records()}
+    assert by_pair["agent/fixed/original"]["om_diff"] == pytest.approx(0.4)
+    assert by_pair["uniform/fixed/original"]["om_diff"] == 0.0
+    by_arm = {(r["arm"], r["search_cell"]): r for r in cess_by_arm(runs, cess).records()}
+    assert len(by_arm) == 4 and by_arm[("P", "agent/fixed/original")]["opened_mean"] == 0.2

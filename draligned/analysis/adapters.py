@@ -21,7 +21,9 @@ SELECT r.run_id, r.attempt, r.slot_id, r.study, r.card_id, r.card_sha256, r.arm,
        r.seed, r.status, r.model_calls, r.tool_calls, r.drafts,
        (SELECT count(*) FROM events e WHERE e.run_id = r.run_id AND e.type = 'tool_call'
           AND e.request_text IS NOT NULL) AS requests,
-       r.final_blob IS NOT NULL AS has_final, r.record_sha256
+       r.final_blob IS NOT NULL AS has_final, r.record_sha256,
+       coalesce((SELECT c.selection || '/' || c.stopping || '/' || c.ranking FROM cess_runs c
+                 WHERE c.run_id = r.run_id), '') AS search_cell
 FROM runs r ORDER BY r.study, r.card_id, r.model, r.harness, r.seed, r.arm, r.attempt, r.run_id
 """.strip()
 

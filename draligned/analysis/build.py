@@ -110,7 +110,7 @@ def build_report(archive_root: str | Path, loaded: LoadedPlan, evaluator_id: str
         done = list(finished_runs(runs).values())
         texts = load_texts(con, archive, {r.run_id for r in done}, log)
         cess = {c.run_id: c for c in load_cess(con, log)}
-        trials = load_interventions(con, log)
+        trials = load_interventions(con, log, plan.subset)
     finally:
         con.close()
     ident = Identity(plan_name=plan.name, plan_path=loaded.path, plan_sha256=loaded.sha256,

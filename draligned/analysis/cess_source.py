@@ -12,6 +12,7 @@ import duckdb
 
 from draligned.analysis.adapters import QueryLog
 from draligned.analysis.interventions import InterventionRow
+from draligned.analysis.plan import Subset
 from draligned.analysis.rows import CessRow
 
 CESS_SQL = """
@@ -27,7 +28,8 @@ def load_cess(con: duckdb.DuckDBPyConnection, log: QueryLog) -> list[CessRow]:
 
 
 INTERVENTIONS_SQL = """
-SELECT card_id || '/' || arm || '/' || model || '/' || harness || '/' || ranking AS task_id,
+SELECT study, card_id AS card, model AS model_name, harness AS harness_id,
+       card_id || '/' || arm || '/' || model || '/' || harness || '/' || ranking AS task_id,
        seed AS replicate,
        CASE selection WHEN 'agent' THEN 1 ELSE 0 END AS selection,
        CASE stopping WHEN 'adaptive' THEN 1 ELSE 0 END AS stopping,
@@ -37,7 +39,15 @@ ORDER BY task_id, replicate, selection, stopping
 """.strip()
 
 
-def load_interventions(con: duckdb.DuckDBPyConnection, log: QueryLog) -> list[InterventionRow]:
-    """2x2 intervention rows from the pool runs' design cells; [] when there are none."""
-    return [InterventionRow(**dict(zip(InterventionRow.model_fields, row)))
-            for row in log.run(con, INTERVENTIONS_SQL, [])]
+def load_interventions(con: duckdb.DuckDBPyConnection, log: QueryLog,
+                       subset: Subset | None = None) -> list[InterventionRow]:
+    """2x2 intervention rows from the pool runs' design cells; [] when there are none. With the
+    plan's ``subset``, runs of other studies, cards, models or harnesses are left out, as in every
+    other table of the report."""
+    out = []
+    for row in log.run(con, INTERVENTIONS_SQL, []):
+        labels, values = row[:4], row[4:]
+        if subset is None or all(not allowed or value in allowed for value, allowed in
+                                 zip(labels, (subset.studies, subset.cards, subset.models, subset.harnesses))):
+            out.append(InterventionRow(**dict(zip(InterventionRow.model_fields, values))))
+    return out

@@ -54,6 +54,9 @@ class RunRow(Row):
     """Whether a final report was delivered."""
     record_sha256: str
     """Hash of the run record (identity of the run in the archive hash)."""
+    search_cell: str = ""
+    """Pool-search cell selection/stopping/ranking (from ``cess_runs``); "" for corpus search. Runs of
+    one slot key in different cells are different slots and never paired across cells."""
 
 
 class StateRow(Row):

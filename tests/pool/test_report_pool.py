@@ -1,0 +1,50 @@
+"""The audit report over a pool-search archive: CESS tables are filled from ``cess_runs``."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import duckdb
+
+from draligned.archive import Archive
+from draligned.cli import main
+
+
+def _csv(path: Path) -> list[dict]:
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_report_of_a_pool_archive_without_states_fills_the_cess_tables(pool_archive: Archive, tmp_path: Path):
+    """Every pool run counts (2 arms x 2 seeds x 4 search cells): one P/Q pair per seed and search
+    cell, per-arm rows per search cell, and the arm's Opened Mean equals the mean over its runs."""
+    out = tmp_path / "report"
+    plan = tmp_path / "plan.toml"
+    plan.write_text('name = "pool"\nversion = 1\n[cess]\nbootstrap = 100\n')
+    assert main(["report", str(pool_archive.root), "--plan", str(plan), "--evaluator", "none",
+                 "--out", str(out)]) == 0
+    con = duckdb.connect(str(pool_archive.root / "index.duckdb"), read_only=True)
+    truth = {(arm, cell): om for arm, cell, om in con.execute(
+        "SELECT arm, selection || '/' || stopping || '/' || ranking, avg(opened_mean) FROM cess_runs "
+        "GROUP BY ALL").fetchall()}
+    con.close()
+    by_arm = _csv(out / "tables" / "cess_by_arm.csv")
+    assert len(by_arm) == len(truth) == 8
+    for r in by_arm:
+        assert (r["runs"], r["with_cess"]) == ("2", "2")
+        assert abs(float(r["opened_mean"]) - truth[(r["arm"], r["search_cell"])]) < 1e-4
+    by_pair = _csv(out / "tables" / "cess_by_pair.csv")
+    assert sorted((r["comparison"], r["om_pairs"]) for r in by_pair) == [("P-Q", "2")] * 4
+    assert _csv(out / "tables" / "coverage_pairs.csv")[0]["both_runs"] == "8"
+    effects = {r["effect"]: r for r in _csv(out / "tables" / "cess_interventions.csv")}
+    assert effects["selection"]["blocks"] == "4"  # (travel, arm) x 2 seeds
+
+
+def test_interventions_follow_the_plan_subset(pool_archive: Archive, tmp_path: Path):
+    plan = tmp_path / "plan.toml"
+    plan.write_text('name = "other"\nversion = 1\n[subset]\nstudies = ["not-this-one"]\n')
+    out = tmp_path / "report"
+    assert main(["report", str(pool_archive.root), "--plan", str(plan), "--evaluator", "none",
+                 "--out", str(out)]) == 0
+    assert _csv(out / "tables" / "cess_interventions.csv") == []
