@@ -53,9 +53,12 @@ class ReadSummary(BaseModel):
 
 
 def pair_key(record: RunRecord) -> tuple:
-    """Runs that differ only by arm share this key (same study, card, model, harness, seed)."""
+    """Runs that differ only by arm share this key (same study, card, model, harness, pool-search
+    cell and seed; the seed is last). Pool runs of different search cells are never paired."""
     s = record.slot
-    return (s.study, s.card_id, s.model, s.harness, s.seed)
+    c = s.search_condition
+    cell = f"{c.selection}/{c.stopping}/{c.ranking}" if c is not None else ""
+    return (s.study, s.card_id, s.model, s.harness, cell, s.seed)
 
 
 def load_card(archive: Archive, record: RunRecord) -> Card:

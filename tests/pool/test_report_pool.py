@@ -48,3 +48,25 @@ def test_interventions_follow_the_plan_subset(pool_archive: Archive, tmp_path: P
     assert main(["report", str(pool_archive.root), "--plan", str(plan), "--evaluator", "none",
                  "--out", str(out)]) == 0
     assert _csv(out / "tables" / "cess_interventions.csv") == []
+
+
+def test_evaluator_pairs_stay_within_the_search_cell(pool_archive: Archive, tmp_path: Path):
+    """``states --pairs`` over a read pool archive: one P/Q pair per seed and search cell (the
+    four cells of one seed used to overwrite each other, leaving 2 pairs of 8)."""
+    import asyncio
+    import shutil
+
+    from draligned.evaluator.config import load_evaluator
+    from draligned.evaluator.reading import read_archive
+    from draligned.evaluator.states import pair_cells, state_rows
+    from tests.study_helpers import REPO
+
+    copy = Archive(shutil.copytree(pool_archive.root, tmp_path / "pool"))
+    ev = load_evaluator(REPO / "evaluators" / "sim.toml")
+    asyncio.run(read_archive(copy, ev, ["final"]))
+    runs = {r.run_id: r for r in copy.records()}
+    cells = pair_cells(copy, state_rows(copy, ev.evaluator_id))
+    finals = [c for c in cells if c.document == "final"]
+    assert len(finals) == 8 and len({(c.seed, c.search_cell) for c in finals}) == 8
+    assert {c.search_cell for c in finals} == {
+        f"{r.slot.search_condition.selection}/{r.slot.search_condition.stopping}/original" for r in runs.values()}
