@@ -68,6 +68,7 @@ def test_pair_matrix_counts_and_shares():
     assert row["both_own_share"] == pytest.approx(1 / 3, abs=1e-4) and row["coincide_share"] == pytest.approx(0.6667)
     reqs = next(r for r in summary.records() if r["phase"] == "requests" and r["group_by"] == "all")
     assert reqs["coincide"] == 0 and reqs["either_absent"] == 2  # NOT_READ/NOT_READ (seed 1) is no direction
+    assert reqs["either_undefined"] == 1  # seed 0: OTHER vs UNDEFINED is counted, not left out of every column
     req = {(r["state_a"], r["state_b"]) for r in long.records() if r["phase"] == "requests" and r["group_by"] == "all"}
     assert req == {("OTHER", "UNDEFINED"), ("NOT_READ", "NOT_READ"), ("NOT_READ", "NO_RUN")}
 
