@@ -21,9 +21,7 @@ SELECT r.run_id, r.attempt, r.slot_id, r.study, r.card_id, r.card_sha256, r.arm,
        r.seed, r.status, r.model_calls, r.tool_calls, r.drafts,
        (SELECT count(*) FROM events e WHERE e.run_id = r.run_id AND e.type = 'tool_call'
           AND e.request_text IS NOT NULL) AS requests,
-       r.final_blob IS NOT NULL AS has_final, r.record_sha256,
-       coalesce((SELECT c.selection || '/' || c.stopping || '/' || c.ranking FROM cess_runs c
-                 WHERE c.run_id = r.run_id), '') AS search_cell
+       r.final_blob IS NOT NULL AS has_final, r.record_sha256
 FROM runs r ORDER BY r.study, r.card_id, r.model, r.harness, r.seed, r.arm, r.attempt, r.run_id
 """.strip()
 
@@ -49,6 +47,16 @@ class QueryLog:
 def load_runs(con: duckdb.DuckDBPyConnection, log: QueryLog) -> list[RunRow]:
     """Every run attempt in the index (started markers of interrupted runs included)."""
     return [RunRow(**dict(zip(RunRow.model_fields, row))) for row in log.run(con, RUNS_SQL)]
+
+
+def with_search_cells(archive: Archive, runs: list[RunRow]) -> list[RunRow]:
+    """The runs with their pool-search cell, read from each run's slot in its record (finished or
+    started marker), so a pool run pairs within its cell even when it has no ``cess_runs`` row."""
+    cells = {}
+    for rec in archive.records() + archive.started():
+        c = rec.slot.search_condition
+        cells.setdefault(rec.run_id, f"{c.selection}/{c.stopping}/{c.ranking}" if c is not None else "")
+    return [r.model_copy(update={"search_cell": cells.get(r.run_id, "")}) for r in runs]
 
 
 def archive_sha256(runs: list[RunRow]) -> str:

@@ -57,7 +57,7 @@ class RunRow(Row):
     record_sha256: str
     """Hash of the run record (identity of the run in the archive hash)."""
     search_cell: str = ""
-    """Pool-search cell selection/stopping/ranking (from ``cess_runs``); "" for corpus search. Runs of
+    """Pool-search cell selection/stopping/ranking (from the run's slot); "" for corpus search. Runs of
     one slot key in different cells are different slots and never paired across cells."""
 
 

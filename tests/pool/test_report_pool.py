@@ -70,3 +70,22 @@ def test_evaluator_pairs_stay_within_the_search_cell(pool_archive: Archive, tmp_
     assert len(finals) == 8 and len({(c.seed, c.search_cell) for c in finals}) == 8
     assert {c.search_cell for c in finals} == {
         f"{r.slot.search_condition.selection}/{r.slot.search_condition.stopping}/original" for r in runs.values()}
+
+
+def test_pool_runs_without_a_cess_row_still_pair_within_their_cell(pool_archive: Archive, tmp_path: Path):
+    """The search cell comes from the run's slot, not from cess_runs: a run without a CESS row keeps
+    its pair (the pair just has no CESS difference)."""
+    import shutil
+
+    copy = Archive(shutil.copytree(pool_archive.root, tmp_path / "pool"))
+    con = duckdb.connect(str(copy.root / "index.duckdb"))
+    con.execute("DELETE FROM cess_runs WHERE arm = 'Q'")
+    con.close()
+    plan = tmp_path / "plan.toml"
+    plan.write_text('name = "pool"\nversion = 1\n[cess]\nbootstrap = 100\n')
+    out = tmp_path / "report"
+    assert main(["report", str(copy.root), "--plan", str(plan), "--evaluator", "none", "--out", str(out)]) == 0
+    cov = _csv(out / "tables" / "coverage_pairs.csv")[0]
+    assert (cov["pairs"], cov["both_runs"]) == ("8", "8")
+    assert _csv(out / "tables" / "cess_by_pair.csv") == []
+    assert {r["with_cess"] for r in _csv(out / "tables" / "cess_by_arm.csv") if r["arm"] == "Q"} == {"0"}
