@@ -244,3 +244,29 @@ def test_pool_runs_pair_within_their_search_cell_and_cells_are_not_averaged():
     assert by_pair["uniform/fixed/original"]["om_diff"] == 0.0
     by_arm = {(r["arm"], r["search_cell"]): r for r in cess_by_arm(runs, cess).records()}
     assert len(by_arm) == 4 and by_arm[("P", "agent/fixed/original")]["opened_mean"] == 0.2
+
+
+def test_intervention_rows_use_the_latest_finished_attempt_of_each_slot():
+    """A failed attempt, or an earlier attempt of a retried slot, never fills a 2x2 cell."""
+    import duckdb
+
+    from draligned.analysis.adapters import QueryLog
+    from draligned.analysis.cess_source import load_interventions
+    from draligned.cess.archive_runs import CESS_RUNS_DDL, CessRun
+
+    con = duckdb.connect()
+    con.execute(CESS_RUNS_DDL)
+    base = {f: None for f in CessRun.model_fields} | {
+        "study": "s", "card_id": "c", "arm": "P", "model": "m", "harness": "H00", "seed": 0, "ranking": "original",
+        "status": "completed", "attempt": 1}
+    rows = [base | {"run_id": f"r{a}{b}", "slot_id": f"s{a}{b}", "selection": ("uniform", "agent")[a],
+                    "stopping": ("fixed", "adaptive")[b], "opened_mean": 0.1 * (a + 2 * b)}
+            for a in (0, 1) for b in (0, 1)]
+    rows += [base | {"run_id": "late", "slot_id": "s11", "attempt": 2, "selection": "agent", "stopping": "adaptive",
+                     "opened_mean": 0.9},
+             base | {"run_id": "bad", "slot_id": "s00", "attempt": 2, "status": "failed", "selection": "uniform",
+                     "stopping": "fixed", "opened_mean": -1.0}]
+    con.executemany(f"INSERT INTO cess_runs VALUES ({','.join('?' * len(CessRun.model_fields))})",
+                    [list(r.values()) for r in rows])
+    got = {(r.selection, r.stopping): r.opened_mean for r in load_interventions(con, QueryLog())}
+    assert got == {(0, 0): 0.0, (1, 0): 0.1, (0, 1): 0.2, (1, 1): 0.9}
