@@ -68,6 +68,7 @@ def test_pair_matrix_counts_and_shares():
     assert row["both_own_share"] == pytest.approx(1 / 3, abs=1e-4) and row["coincide_share"] == pytest.approx(0.6667)
     reqs = next(r for r in summary.records() if r["phase"] == "requests" and r["group_by"] == "all")
     assert reqs["coincide"] == 0 and reqs["either_absent"] == 2  # NOT_READ/NOT_READ (seed 1) is no direction
+    assert reqs["either_undefined"] == 1  # seed 0: OTHER vs UNDEFINED is counted, not left out of every column
     req = {(r["state_a"], r["state_b"]) for r in long.records() if r["phase"] == "requests" and r["group_by"] == "all"}
     assert req == {("OTHER", "UNDEFINED"), ("NOT_READ", "NOT_READ"), ("NOT_READ", "NO_RUN")}
 
@@ -222,3 +223,50 @@ def test_intervention_effects_and_icc():
     assert t["stopping"]["icc"] is None and t["stopping"]["icc_undefined"] == "no between-task variation"
     assert icc_1k({"A": [1.0]}).undefined_reason == "needs two tasks with two replicates"
     assert intervention_effects([], PLAN.cess).empty_reason.startswith("the archive has no complete 2x2")
+
+
+def test_pool_runs_pair_within_their_search_cell_and_cells_are_not_averaged():
+    """A pool study has one slot per (card, arm, model, harness, seed) and search cell: every cell
+    is its own pair, never collapsed into one, and the per-arm CESS table keeps cells apart."""
+    from draligned.analysis.cess_side import cess_by_arm
+    cells = ("agent/fixed/original", "uniform/fixed/original")
+    runs = [run(f"{a}{i}", a).model_copy(update={"search_cell": c, "slot_id": f"{a}/{c}"})
+            for i, c in enumerate(cells) for a in ("P", "Q")]
+    ps = build_pairs(runs, REPO_CARDS, PLAN)
+    assert [(p.search_cell, p.run_a.run_id, p.run_b.run_id) for p in ps] == [
+        ("agent/fixed/original", "P0", "Q0"), ("uniform/fixed/original", "P1", "Q1")]
+    cess = {"P0": CessRow(run_id="P0", opened_mean=0.2, estimate=0.1),
+            "Q0": CessRow(run_id="Q0", opened_mean=0.6, estimate=0.3),
+            "P1": CessRow(run_id="P1", opened_mean=0.4, estimate=0.2),
+            "Q1": CessRow(run_id="Q1", opened_mean=0.4, estimate=0.2)}
+    by_pair = {r["search_cell"]: r for r in cess_by_pair(ps, cess, PLAN.cess).records()}
+    assert by_pair["agent/fixed/original"]["om_diff"] == pytest.approx(0.4)
+    assert by_pair["uniform/fixed/original"]["om_diff"] == 0.0
+    by_arm = {(r["arm"], r["search_cell"]): r for r in cess_by_arm(runs, cess).records()}
+    assert len(by_arm) == 4 and by_arm[("P", "agent/fixed/original")]["opened_mean"] == 0.2
+
+
+def test_intervention_rows_use_the_latest_finished_attempt_of_each_slot():
+    """A failed attempt, or an earlier attempt of a retried slot, never fills a 2x2 cell."""
+    import duckdb
+
+    from draligned.analysis.adapters import QueryLog
+    from draligned.analysis.cess_source import load_interventions
+    from draligned.cess.archive_runs import CESS_RUNS_DDL, CessRun
+
+    con = duckdb.connect()
+    con.execute(CESS_RUNS_DDL)
+    base = {f: None for f in CessRun.model_fields} | {
+        "study": "s", "card_id": "c", "arm": "P", "model": "m", "harness": "H00", "seed": 0, "ranking": "original",
+        "status": "completed", "attempt": 1}
+    rows = [base | {"run_id": f"r{a}{b}", "slot_id": f"s{a}{b}", "selection": ("uniform", "agent")[a],
+                    "stopping": ("fixed", "adaptive")[b], "opened_mean": 0.1 * (a + 2 * b)}
+            for a in (0, 1) for b in (0, 1)]
+    rows += [base | {"run_id": "late", "slot_id": "s11", "attempt": 2, "selection": "agent", "stopping": "adaptive",
+                     "opened_mean": 0.9},
+             base | {"run_id": "bad", "slot_id": "s00", "attempt": 2, "status": "failed", "selection": "uniform",
+                     "stopping": "fixed", "opened_mean": -1.0}]
+    con.executemany(f"INSERT INTO cess_runs VALUES ({','.join('?' * len(CessRun.model_fields))})",
+                    [list(r.values()) for r in rows])
+    got = {(r.selection, r.stopping): r.opened_mean for r in load_interventions(con, QueryLog())}
+    assert got == {(0, 0): 0.0, (1, 0): 0.1, (0, 1): 0.2, (1, 1): 0.9}

@@ -26,6 +26,10 @@ def test_demo_end_to_end_and_rerun_is_free(tmp_path, capsys):
     assert "Pool estimates per arm" in printed and "dOpened (effect)" in printed  # part 2: CESS over pools
     pool_archive = Archive(out / "pool-archive")
     assert verify_archive(pool_archive) == [] and len(pool_archive.records()) == 80
+    pool_report = out / "pool-report"
+    assert f"Pool report:  {pool_report / 'report.html'}" in printed
+    by_arm = (pool_report / "tables" / "cess_by_arm.csv").read_text().splitlines()
+    assert len(by_arm) == 1 + 16  # 2 cards x 2 arms x 4 search cells, filled from cess_runs
     archive = Archive(out / "archive")
     assert verify_archive(archive) == []
     assert main(["archive", "stats", str(archive.root), "--json"]) == 0

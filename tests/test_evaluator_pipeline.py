@@ -19,9 +19,9 @@ from draligned.cards import Card
 from draligned.cli import main
 from draligned.evaluator.aggregate import STATES
 from draligned.evaluator.agreement import between_reads
-from draligned.evaluator.config import Evaluator, load_evaluator
+from draligned.evaluator.config import Evaluator, EvaluatorError, load_evaluator
 from draligned.evaluator.packets import MAX_REQUESTS, leak_findings, request_units
-from draligned.evaluator.reading import collect_packets, read_archive
+from draligned.evaluator.reading import collect_packets, read_archive, template_conflicts
 from draligned.evaluator.sim import SimEvaluator, answer
 from draligned.evaluator.states import state_rows
 from draligned.evaluator.storage import ReadStore
@@ -175,6 +175,25 @@ def test_same_evaluator_id_with_another_configuration_is_refused(demo):
     changed = ev.model_copy(update={"spec": ev.spec.model_copy(update={"max_tokens": 99})})
     with pytest.raises(Exception, match="different configuration"):
         asyncio.run(read_archive(archive, changed))
+
+
+def test_an_edited_template_under_a_used_name_is_refused(demo, tmp_path):
+    """Templates are versioned by file name: a v1 file edited after the archive used it is refused for
+    any evaluator id (an unchanged copy is fine); nothing is written for the refused evaluator."""
+    archive, _ = demo
+    prompts = tmp_path / "evaluator_prompts"
+    shutil.copytree(REPO / "evaluator_prompts", prompts)
+    toml = SIM.read_text().replace("../evaluator_prompts", str(prompts))
+    same = tmp_path / "same.toml"
+    same.write_text(toml.replace('evaluator_id = "sim-lexical-v1"', 'evaluator_id = "sim-copy"'))
+    assert template_conflicts(archive, load_evaluator(same)) == []
+    doc = prompts / "document_packet.v1.md"
+    doc.write_text(doc.read_text() + "\nJudge strictly.\n")
+    edited = tmp_path / "edited.toml"
+    edited.write_text(toml.replace('evaluator_id = "sim-lexical-v1"', 'evaluator_id = "sim-edited"'))
+    with pytest.raises(EvaluatorError, match="document_packet.v1.md"):
+        asyncio.run(read_archive(archive, load_evaluator(edited), ["final"]))
+    assert not (archive.root / "reads" / "sim-edited").exists()
 
 
 def test_read_verifies_blobs_before_anything_is_written(demo, tmp_path):

@@ -49,6 +49,16 @@ def load_runs(con: duckdb.DuckDBPyConnection, log: QueryLog) -> list[RunRow]:
     return [RunRow(**dict(zip(RunRow.model_fields, row))) for row in log.run(con, RUNS_SQL)]
 
 
+def with_search_cells(archive: Archive, runs: list[RunRow]) -> list[RunRow]:
+    """The runs with their pool-search cell, read from each run's slot in its record (finished or
+    started marker), so a pool run pairs within its cell even when it has no ``cess_runs`` row."""
+    cells = {}
+    for rec in archive.records() + archive.started():
+        c = rec.slot.search_condition
+        cells.setdefault(rec.run_id, f"{c.selection}/{c.stopping}/{c.ranking}" if c is not None else "")
+    return [r.model_copy(update={"search_cell": cells.get(r.run_id, "")}) for r in runs]
+
+
 def archive_sha256(runs: list[RunRow]) -> str:
     """Identity of the archive content: sha256 over the sorted record hashes of its runs."""
     return sha256_text("\n".join(sorted(r.record_sha256 for r in runs)))

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict
 from draligned.analysis import (agreement, cess_side, consistency, coverage, interventions, matrices, process,
                                 provenance, retention)
 from draligned.analysis.adapters import (RUNS_SQL, TEXT_EVENTS_SQL, QueryLog, archive_sha256, load_cards,
-                                         load_runs, load_texts)
+                                         load_runs, load_texts, with_search_cells)
 from draligned.analysis.cess_source import CESS_SQL, INTERVENTIONS_SQL, load_cess, load_interventions
 from draligned.analysis.pairs import StateIndex, build_pairs, finished_runs, in_subset
 from draligned.analysis.plan import LoadedPlan
@@ -102,7 +102,7 @@ def build_report(archive_root: str | Path, loaded: LoadedPlan, evaluator_id: str
     archive, plan, log = Archive(archive_root), loaded.plan, QueryLog()
     con = connect(archive)
     try:
-        all_runs = load_runs(con, log)
+        all_runs = with_search_cells(archive, load_runs(con, log))
         runs = [r for r in all_runs if in_subset(r, plan)]
         cards = load_cards(archive, runs)
         evaluators = [evaluator_id] + [e for e in plan.agreement.evaluators if e != evaluator_id]
@@ -110,7 +110,7 @@ def build_report(archive_root: str | Path, loaded: LoadedPlan, evaluator_id: str
         done = list(finished_runs(runs).values())
         texts = load_texts(con, archive, {r.run_id for r in done}, log)
         cess = {c.run_id: c for c in load_cess(con, log)}
-        trials = load_interventions(con, log)
+        trials = load_interventions(con, log, plan.subset)
     finally:
         con.close()
     ident = Identity(plan_name=plan.name, plan_path=loaded.path, plan_sha256=loaded.sha256,

@@ -51,10 +51,11 @@ def _r(x: float | None) -> float | None:
 
 
 def cess_by_arm(runs: list[RunRow], cess: dict[str, CessRow]) -> Table:
-    """Per card, arm, model and harness: Opened Mean and CESS (point estimates; intervals counted)."""
+    """Per card, arm, model, harness and search cell: Opened Mean and CESS (point estimates; intervals
+    counted). Cells of a 2x2 search design are different policies and are never averaged together."""
     groups: dict[tuple, list[RunRow]] = {}
     for r in finished_runs(runs).values():
-        groups.setdefault((r.card_id, r.arm, r.model, r.harness), []).append(r)
+        groups.setdefault((r.card_id, r.arm, r.model, r.harness, r.search_cell), []).append(r)
     rows = []
     for key, rs in sorted(groups.items()):
         got = [cess[r.run_id] for r in rs if r.run_id in cess]
@@ -64,26 +65,27 @@ def cess_by_arm(runs: list[RunRow], cess: dict[str, CessRow]) -> Table:
                                  len(points), _r(mean(points)) if points else None, len(ivs),
                                  _r(mean(c.interval_low for c in ivs)) if ivs else None,
                                  _r(mean(c.interval_high for c in ivs)) if ivs else None])
-    has_data = any(r[5] for r in rows)
+    has_data = any(r[6] for r in rows)
     return Table(
         name="cess_by_arm", title="Opened Mean and CESS per arm (different estimands)",
         note="runs: finished runs of the cell; with_cess: runs with a CESS row. cess_mean averages point "
              "estimates only; runs where the support interval applies are counted in interval_runs with mean "
              "bounds. Opened Mean = what was opened; CESS = the searchable pool.",
-        columns=["card_id", "arm", "model", "harness", "runs", "with_cess", "opened_mean", "cess_points",
+        columns=["card_id", "arm", "model", "harness", "search_cell", "runs", "with_cess", "opened_mean", "cess_points",
                  "cess_mean", "interval_runs", "interval_low_mean", "interval_high_mean"],
         rows=rows if has_data else [], computed_by="draligned.analysis.cess_side.cess_by_arm",
         empty_reason=None if has_data else "no run in this archive searched a candidate pool (no rows in cess_runs)")
 
 
 def cess_by_pair(pairs: list[Pair], cess: dict[str, CessRow], cfg: Cess) -> Table:
-    """Per comparison: Opened Mean difference next to the CESS difference, with cluster-bootstrap CIs."""
-    by_comp: dict[str, list[Pair]] = {}
+    """Per comparison and search cell: Opened Mean difference next to the CESS difference, with
+    cluster-bootstrap CIs."""
+    by_comp: dict[tuple[str, str], list[Pair]] = {}
     for p in pairs:
         if p.run_a and p.run_b and p.run_a.run_id in cess and p.run_b.run_id in cess:
-            by_comp.setdefault(p.comparison, []).append(p)
+            by_comp.setdefault((p.comparison, p.search_cell), []).append(p)
     rows = []
-    for comp, ps in sorted(by_comp.items()):
+    for (comp, search_cell), ps in sorted(by_comp.items()):
         def cluster(p: Pair) -> str:
             return p.card_id if cfg.cluster == "card" else f"{p.card_id}/{p.model}/{p.harness}/{p.seed}/{p.axis}"
         om = cluster_bootstrap([cess[p.run_b.run_id].opened_mean - cess[p.run_a.run_id].opened_mean for p in ps],
@@ -91,14 +93,14 @@ def cess_by_pair(pairs: list[Pair], cess: dict[str, CessRow], cfg: Cess) -> Tabl
         pts = [p for p in ps if cess[p.run_a.run_id].estimate is not None and cess[p.run_b.run_id].estimate is not None]
         ce = cluster_bootstrap([cess[p.run_b.run_id].estimate - cess[p.run_a.run_id].estimate for p in pts],
                                [cluster(p) for p in pts], cfg)
-        rows.append([comp, om.n, om.mean, om.low, om.high, ce.n, ce.mean, ce.low, ce.high, len(ps) - len(pts)])
+        rows.append([comp, search_cell, om.n, om.mean, om.low, om.high, ce.n, ce.mean, ce.low, ce.high, len(ps) - len(pts)])
     level = round(cfg.confidence * 100)
     return Table(
         name="cess_by_pair", title=f"Arm difference (b - a): Opened Mean next to CESS, {level}% cluster-bootstrap CIs",
         note=f"Pairs with CESS rows for both arms. CESS difference only over pairs where both arms have a point "
              f"estimate (pairs_interval_only counts the rest). Clusters: {cfg.cluster}; {cfg.bootstrap} "
              f"replicates, seed {cfg.seed}. The two differences are different estimands.",
-        columns=["comparison", "om_pairs", "om_diff", "om_low", "om_high", "cess_pairs", "cess_diff", "cess_low",
+        columns=["comparison", "search_cell", "om_pairs", "om_diff", "om_low", "om_high", "cess_pairs", "cess_diff", "cess_low",
                  "cess_high", "pairs_interval_only"],
         rows=rows, computed_by="draligned.analysis.cess_side.cess_by_pair",
         empty_reason=None if rows else "no pair has CESS estimates for both arms")

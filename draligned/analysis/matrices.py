@@ -2,7 +2,8 @@
 
 For each pair the two arms' states on the changed factor are crossed. Summary shares use all
 pairs of the group as denominator: both OWN (the conditions are distinguished), the same
-directional state in both arms (coincide), either UNKNOWN, either absent (NO_RUN, NOT_READ, NO_DOCUMENT, MISSING).
+directional state in both arms (coincide), either UNKNOWN, either absent (NO_RUN, NOT_READ, NO_DOCUMENT, MISSING),
+either an undefined request readout (NO_REQUEST, UNDEFINED; Table 15 keeps them as missing states).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from collections.abc import Iterator
 
 from draligned.analysis.pairs import Pair, StateIndex
 from draligned.analysis.plan import Plan
-from draligned.analysis.rows import ABSENT, DIRECTIONAL
+from draligned.analysis.rows import ABSENT, DIRECTIONAL, UNDEFINED_REQUESTS
 from draligned.analysis.table import Table, share
 
 GROUPINGS = ("all", "card", "model", "harness")
@@ -46,6 +47,7 @@ def pair_matrices(pairs: list[Pair], indexes: dict[str, StateIndex], plan: Plan)
                     t["coincide"] += a == b and a in DIRECTIONAL
                     t["either_unknown"] += "UNKNOWN" in (a, b)
                     t["either_absent"] += a in ABSENT or b in ABSENT
+                    t["either_undefined"] += a in UNDEFINED_REQUESTS or b in UNDEFINED_REQUESTS
     order = {e: i for i, e in enumerate(indexes)}
     main = next(iter(indexes), None)
 
@@ -57,7 +59,8 @@ def pair_matrices(pairs: list[Pair], indexes: dict[str, StateIndex], plan: Plan)
 
     keys = ["evaluator", "phase", "comparison", "group_by", "group"]
     long_rows = [list(k) + [n] for k, n in sorted(counts.items(), key=sort_key)]
-    summary_rows = [list(k) + [t["pairs"]] + [v for c in ("both_own", "coincide", "either_unknown", "either_absent")
+    summary_rows = [list(k) + [t["pairs"]] + [v for c in ("both_own", "coincide", "either_unknown", "either_absent",
+                                                                "either_undefined")
                                               for v in (t[c], share(t[c], t["pairs"]))]
                     for k, t in sorted(totals.items(), key=sort_key)]
     view_note = (f"shown: evaluator {main}, all groups pooled, primary comparisons "
@@ -70,12 +73,14 @@ def pair_matrices(pairs: list[Pair], indexes: dict[str, StateIndex], plan: Plan)
         rows=long_rows, view=[i for i, r in enumerate(long_rows) if headline(r)], view_note=view_note,
         computed_by="draligned.analysis.matrices.pair_matrices")
     summary = Table(
-        name="pair_summary", title="Pair matrices: distinguished, coinciding, unknown, absent",
+        name="pair_summary", title="Pair matrices: distinguished, coinciding, unknown, absent, undefined requests",
         note="Denominator: pairs in the group. both_own = both arms OWN (conditions distinguished); "
              "coincide = the same directional state (OWN/OTHER/BOTH/NONE) in both arms; either_unknown = at least one UNKNOWN; either_absent = at least "
-             "one of NO_RUN, NOT_READ, NO_DOCUMENT, MISSING.",
+             "one of NO_RUN, NOT_READ, NO_DOCUMENT, MISSING; either_undefined = at least one request readout "
+             "NO_REQUEST or UNDEFINED (no request / none identified; missing, never NONE).",
         columns=keys + ["pairs", "both_own", "both_own_share", "coincide", "coincide_share",
-                        "either_unknown", "either_unknown_share", "either_absent", "either_absent_share"],
+                        "either_unknown", "either_unknown_share", "either_absent", "either_absent_share",
+                        "either_undefined", "either_undefined_share"],
         rows=summary_rows, view=[i for i, r in enumerate(summary_rows) if headline(r)], view_note=view_note,
         computed_by="draligned.analysis.matrices.pair_matrices")
     return long, summary

@@ -32,6 +32,8 @@ class Pair(Row):
     """Harness."""
     seed: int
     """Replicate."""
+    search_cell: str = ""
+    """Pool-search cell shared by both runs ("" for corpus search)."""
     run_a: RunRow | None
     """Finished run of arm a, None if the slot has none."""
     run_b: RunRow | None
@@ -46,29 +48,30 @@ def in_subset(run: RunRow, plan: Plan) -> bool:
 
 
 def finished_runs(runs: list[RunRow]) -> dict[tuple, RunRow]:
-    """The representative finished run of each (study, card, arm, model, harness, seed)."""
+    """The representative finished run of each (study, card, arm, model, harness, seed, search cell)."""
     out: dict[tuple, RunRow] = {}
     for r in sorted(runs, key=lambda r: r.attempt):
         if r.status in FINISHED:
-            out[(r.study, r.card_id, r.arm, r.model, r.harness, r.seed)] = r
+            out[(r.study, r.card_id, r.arm, r.model, r.harness, r.seed, r.search_cell)] = r
     return out
 
 
 def build_pairs(runs: list[RunRow], cards: dict[str, Card], plan: Plan) -> list[Pair]:
-    """Every pair the plan asks for over every (study, card, model, harness, seed) that has a run."""
+    """Every pair the plan asks for over every (study, card, model, harness, seed, search cell) that
+    has a run (pool runs of different search cells are different slots, never paired)."""
     done = finished_runs(runs)
-    cells = sorted({(r.study, r.card_id, r.model, r.harness, r.seed) for r in runs})
+    cells = sorted({(r.study, r.card_id, r.model, r.harness, r.seed, r.search_cell) for r in runs})
     pairs = []
-    for study, card_id, model, harness, seed in cells:
+    for study, card_id, model, harness, seed, cell in cells:
         for comp in comparisons(cards[card_id]):
             label = f"{comp.arm_a}-{comp.arm_b}"
             if label not in plan.comparisons.include:
                 continue
             pairs.append(Pair(
                 study=study, card_id=card_id, comparison=label, axis=comp.factor_id, model=model,
-                harness=harness, seed=seed,
-                run_a=done.get((study, card_id, comp.arm_a, model, harness, seed)),
-                run_b=done.get((study, card_id, comp.arm_b, model, harness, seed))))
+                harness=harness, seed=seed, search_cell=cell,
+                run_a=done.get((study, card_id, comp.arm_a, model, harness, seed, cell)),
+                run_b=done.get((study, card_id, comp.arm_b, model, harness, seed, cell))))
     return pairs
 
 

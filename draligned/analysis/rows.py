@@ -11,6 +11,8 @@ DIRECTIONAL = ("OWN", "OTHER", "BOTH", "NONE")
 """States that carry a direction relative to the run's assigned endpoint (Table 23)."""
 ABSENT = ("NO_RUN", "NOT_READ", "NO_DOCUMENT", "MISSING")
 """Named ways a state can be absent: no run for the arm, run never read, nothing to read, failed read."""
+UNDEFINED_REQUESTS = ("NO_REQUEST", "UNDEFINED")
+"""Request readouts without a direction (Table 15): no request at all, or none identified; never NONE."""
 
 
 class Row(BaseModel):
@@ -54,6 +56,9 @@ class RunRow(Row):
     """Whether a final report was delivered."""
     record_sha256: str
     """Hash of the run record (identity of the run in the archive hash)."""
+    search_cell: str = ""
+    """Pool-search cell selection/stopping/ranking (from the run's slot); "" for corpus search. Runs of
+    one slot key in different cells are different slots and never paired across cells."""
 
 
 class StateRow(Row):

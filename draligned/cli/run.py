@@ -121,12 +121,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
           f"  draligned states {archive} --evaluator {evaluator_id} --json\n"
           f"  draligned report {archive} --plan {DEMO_PLAN} --evaluator {evaluator_id} "
           f"--out {out / 'report'} --show-sql")
-    pool_code = _demo_pool(out / "pool-archive")
+    pool_code = _demo_pool(out / "pool-archive", out / "pool-report", evaluator_id)
     return code or pool_code or (1 if summary.model_errors else 0)
 
 
-def _demo_pool(archive: Path) -> int:
-    """The pool-search demo: CESS pool estimates per arm and the P/Q pair table."""
+def _demo_pool(archive: Path, report_dir: Path, evaluator_id: str) -> int:
+    """The pool-search demo: CESS pool estimates per arm, the P/Q pair table, and its report (whose
+    CESS section is filled from the pool archive's cess_runs; it has no evaluator reads)."""
     from draligned.cess.pairs import pairs_report
     from draligned.cli.cess_archive import load_cess_runs, pairs_text, pool_estimates_text
 
@@ -137,6 +138,7 @@ def _demo_pool(archive: Path) -> int:
         return code
     runs = load_cess_runs(result.archive)
     print(pool_estimates_text(runs) + "\n\n" + pairs_text(pairs_report(runs)))
-    print(f"\nPool archive: {archive}\n  draligned cess pairs {archive}\n"
+    html = make_report(archive, DEMO_PLAN, evaluator_id, report_dir)
+    print(f"\nPool archive: {archive}\nPool report:  {html}\n  draligned cess pairs {archive}\n"
           f"  draligned cess export {archive} --out trajectories.jsonl")
     return code

@@ -3,20 +3,23 @@
 Idempotent and resumable: a packet that already has a read record for this evaluator is never
 sent again (a failed read included: no choosing between attempts, Table 15). A raw response is
 stored as a blob before it is parsed. Model errors (no response at all) leave the packet unread,
-so the next invocation tries it again.
+so the next invocation tries it again. A template or schema file whose name another evaluator of
+the archive already used with other content is refused: a change of template is a new version.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections import defaultdict
 from collections.abc import Iterable
+from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
 from draligned.archive.store import Archive, ArchiveError
 from draligned.cards import Card
-from draligned.evaluator.config import Evaluator
+from draligned.evaluator.config import Evaluator, EvaluatorError
 from draligned.evaluator.ingest import ingest
 from draligned.evaluator.packets import (
     Packet,
@@ -53,9 +56,12 @@ class ReadSummary(BaseModel):
 
 
 def pair_key(record: RunRecord) -> tuple:
-    """Runs that differ only by arm share this key (same study, card, model, harness, seed)."""
+    """Runs that differ only by arm share this key (same study, card, model, harness, pool-search
+    cell and seed; the seed is last). Pool runs of different search cells are never paired."""
     s = record.slot
-    return (s.study, s.card_id, s.model, s.harness, s.seed)
+    c = s.search_condition
+    cell = f"{c.selection}/{c.stopping}/{c.ranking}" if c is not None else ""
+    return (s.study, s.card_id, s.model, s.harness, cell, s.seed)
 
 
 def load_card(archive: Archive, record: RunRecord) -> Card:
@@ -103,10 +109,36 @@ async def _read_one(model: ModelAPI, evaluator: Evaluator, store: ReadStore, pac
     return record
 
 
+def template_conflicts(archive: Archive, evaluator: Evaluator) -> list[str]:
+    """Template or schema files this evaluator uses under a name another evaluator of the archive
+    used with different content: a template is versioned by its file name, never edited once used."""
+    mine = _files_by_name(evaluator.snapshot())
+    found = []
+    for eid in ReadStore.evaluator_ids(archive):
+        path = archive.root / "reads" / eid / "evaluator.json"
+        if eid == evaluator.evaluator_id or not path.exists():
+            continue
+        for name, sha in _files_by_name(json.loads(path.read_text())).items():
+            if name in mine and mine[name] != sha:
+                found.append(f"{name} differs from the file of that name evaluator {eid!r} used "
+                             f"(sha256 {sha[:12]} vs {mine[name][:12]})")
+    return found
+
+
+def _files_by_name(snapshot: dict) -> dict[str, str]:
+    spec, hashes = snapshot["evaluator"], snapshot["file_sha256"]
+    return {Path(path).name: hashes[f"{prefix}:{kind}"]
+            for group, prefix in (("prompts", "prompt"), ("schemas", "schema"))
+            for kind, path in spec.get(group, {}).items() if f"{prefix}:{kind}" in hashes}
+
+
 async def read_archive(archive: Archive, evaluator: Evaluator, phases: Iterable[Phase] = PHASES,
                        model: ModelAPI | None = None) -> ReadSummary:
     """Build, store and read every packet not yet read by this evaluator, concurrently."""
     packets = collect_packets(archive, evaluator, phases)  # verifies every blob before anything is written
+    if conflicts := template_conflicts(archive, evaluator):
+        raise EvaluatorError("a prompt template or schema already used in this archive was edited; give "
+                             "the changed file a new version name: " + "; ".join(conflicts))
     store = ReadStore(archive, evaluator.evaluator_id)
     store.write_snapshot(evaluator.snapshot())
     summary = ReadSummary(packets=len(packets))
