@@ -22,7 +22,7 @@ import json
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Self
 
 ECHO = "echo-model-7"
 
@@ -53,7 +53,7 @@ class WireServer:
             def log_message(self, *args: Any) -> None:  # quiet
                 pass
 
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 raw = self.rfile.read(int(self.headers.get("content-length", "0")))
                 body = json.loads(raw or b"{}")
                 with server.lock:
@@ -105,7 +105,7 @@ class WireServer:
         root = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         return root if self.protocol == "anthropic" else root + "/v1"
 
-    def __enter__(self) -> WireServer:
+    def __enter__(self) -> Self:
         self.thread.start()
         return self
 

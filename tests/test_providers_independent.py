@@ -13,7 +13,12 @@ import pytest
 
 from draligned.archive import Archive
 from draligned.cli import main
-from draligned.records import ModelAttemptEvent, ModelCallEvent, NoticeEvent, ToolCallEvent
+from draligned.records import (
+    ModelAttemptEvent,
+    ModelCallEvent,
+    NoticeEvent,
+    ToolCallEvent,
+)
 from tests.conftest import REPO
 from tests.loopback_wire import ECHO, WireServer
 
