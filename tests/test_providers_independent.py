@@ -112,6 +112,21 @@ def test_faults_malformed_and_split_replies_complete_on_all_three_protocols(tmp_
     assert all(e.cache_hit for r in replayed for e in r.events if isinstance(e, ModelCallEvent))
 
 
+@pytest.mark.parametrize("proto", PROTOCOLS)
+def test_a_call_repeated_under_its_id_with_the_arguments_runs_once(tmp_path, proto):
+    with WireServer(proto, ["split_ids", "submit"]) as server:
+        study = study_file(tmp_path, {proto: server}, 'arms = ["P"]')
+        assert main(["run", str(study)]) == 0
+        sent_back = json.dumps(server.log[1]["body"])
+    (rec,) = Archive(tmp_path / "archive").records()
+    tools = [e for e in rec.events if isinstance(e, ToolCallEvent)]
+    assert [(t.tool, t.error) for t in tools] == [("search", None), ("submit_report", None)]
+    assert tools[0].request_text == "travel budget"
+    first = next(e for e in rec.events if isinstance(e, ModelCallEvent))
+    assert first.n_tool_calls == 1 and any("split tool call" in a for a in first.anomalies)
+    assert sent_back.count('"call_0"') == 2  # the call and its one result, not two calls
+
+
 @pytest.mark.parametrize(("proto", "turns", "reason"), [
     # the responses API declares no tool-call finish, so a dropped call cannot be told from a text final
     *((p, ["dropped"], "dropped tool call") for p in ("openai-chat", "anthropic")),
