@@ -11,7 +11,8 @@ conversation whatever the interleaving of concurrent runs).
 
 Turn kinds: ``malformed`` (a search call whose arguments are ``{}""``), ``split`` (one search
 call whose JSON arguments are spread over two choices / content blocks / output items, plus
-a text part), ``two`` (write_report and submit_report in one reply), ``submit``, ``dropped``
+a text part), ``split_ids`` (a search call announced with no arguments in one part and
+repeated under the same id with its arguments in the next), ``two`` (write_report and submit_report in one reply), ``submit``, ``dropped``
 (a tool-call finish with no tool call), ``length`` (truncated by the output cap), ``empty``
 (a "successful" reply with nothing in it), ``refusal``.
 """
@@ -22,7 +23,7 @@ import json
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Self
 
 ECHO = "echo-model-7"
 
@@ -53,7 +54,7 @@ class WireServer:
             def log_message(self, *args: Any) -> None:  # quiet
                 pass
 
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 raw = self.rfile.read(int(self.headers.get("content-length", "0")))
                 body = json.loads(raw or b"{}")
                 with server.lock:
@@ -105,7 +106,7 @@ class WireServer:
         root = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         return root if self.protocol == "anthropic" else root + "/v1"
 
-    def __enter__(self) -> WireServer:
+    def __enter__(self) -> Self:
         self.thread.start()
         return self
 
@@ -124,6 +125,8 @@ class WireServer:
         elif kind == "split":
             text = "Let me search."
             calls = [[(cid, "search", '{"query": "travel')], [("", "", ' budget"}')]]
+        elif kind == "split_ids":  # announced with no arguments, repeated under its id with them
+            calls = [[(cid, "search", "")], [(cid, "search", '{"query": "travel budget"}')]]
         elif kind == "two":
             calls = [[(cid + "a", "write_report", '{"content": "draft"}'),
                       (cid + "b", "submit_report", '{"content": "Independent final report."}')]]
@@ -182,7 +185,7 @@ class WireServer:
         for part in parts:
             for c, n, a in part:
                 try:  # a real input object where the arguments are one; a gateway's raw text otherwise
-                    value: Any = json.loads(a)
+                    value: Any = json.loads(a) if a else {}
                 except ValueError:
                     value = a
                 content.append({"type": "tool_use", "id": c, "name": n,

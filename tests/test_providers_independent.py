@@ -13,7 +13,12 @@ import pytest
 
 from draligned.archive import Archive
 from draligned.cli import main
-from draligned.records import ModelAttemptEvent, ModelCallEvent, NoticeEvent, ToolCallEvent
+from draligned.records import (
+    ModelAttemptEvent,
+    ModelCallEvent,
+    NoticeEvent,
+    ToolCallEvent,
+)
 from tests.conftest import REPO
 from tests.loopback_wire import ECHO, WireServer
 
@@ -105,6 +110,21 @@ def test_faults_malformed_and_split_replies_complete_on_all_three_protocols(tmp_
     replayed = Archive(tmp_path / "replay").records()
     assert sorted(r.final_blob for r in replayed) == sorted(r.final_blob for r in records)
     assert all(e.cache_hit for r in replayed for e in r.events if isinstance(e, ModelCallEvent))
+
+
+@pytest.mark.parametrize("proto", PROTOCOLS)
+def test_a_call_repeated_under_its_id_with_the_arguments_runs_once(tmp_path, proto):
+    with WireServer(proto, ["split_ids", "submit"]) as server:
+        study = study_file(tmp_path, {proto: server}, 'arms = ["P"]')
+        assert main(["run", str(study)]) == 0
+        sent_back = json.dumps(server.log[1]["body"])
+    (rec,) = Archive(tmp_path / "archive").records()
+    tools = [e for e in rec.events if isinstance(e, ToolCallEvent)]
+    assert [(t.tool, t.error) for t in tools] == [("search", None), ("submit_report", None)]
+    assert tools[0].request_text == "travel budget"
+    first = next(e for e in rec.events if isinstance(e, ModelCallEvent))
+    assert first.n_tool_calls == 1 and any("split tool call" in a for a in first.anomalies)
+    assert sent_back.count('"call_0"') == 2  # the call and its one result, not two calls
 
 
 @pytest.mark.parametrize(("proto", "turns", "reason"), [

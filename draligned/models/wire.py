@@ -83,13 +83,19 @@ def parse_arguments(raw: str) -> tuple[dict | None, str | None]:
 def merge_fragments(calls: list[ToolCall], anomalies: list[str], where: str) -> list[ToolCall]:
     """Merge a gateway's split tool calls in order. A part continues the previous call when its
     id and name are empty or the same as that call's and either it has no name or the previous
-    arguments are not yet a JSON object; an exact repeat is dropped. Each merge is an anomaly."""
+    arguments are not yet a JSON object; an exact repeat is dropped; a repeat under the same id
+    brings the arguments of a call that came with none. Each merge is an anomaly."""
     merged: list[ToolCall] = []
     for c in calls:
         prev = merged[-1] if merged else None
         same = prev is not None and c.id in ("", prev.id) and c.name in ("", prev.name)
         if same and (c.id, c.name, c.raw_arguments) == (prev.id, prev.name, prev.raw_arguments):
             anomalies.append(f"split reply: repeated tool call {c.id} in {where} dropped")
+        elif same and c.id and prev.raw_arguments.strip() in ("", "{}") and c.raw_arguments.strip():
+            # The call announced with no arguments, repeated under its id with them: one call,
+            # not two with the same id (the first would fail and the id would be sent back twice).
+            merged[-1] = tool_call(prev.id, prev.name, c.raw_arguments)
+            anomalies.append(f"split tool call: arguments of call {prev.id} came in {where}")
         elif same and (not c.name or prev.arguments is None):
             merged[-1] = tool_call(prev.id, prev.name, prev.raw_arguments + c.raw_arguments)
             anomalies.append(f"split tool call: argument fragment in {where} joined to call {prev.id}")
