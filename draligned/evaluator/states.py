@@ -74,6 +74,10 @@ class PairCell(_Model):
     """Second arm (Q side of the factor)."""
     seed: int
     """Replicate."""
+    model: str = ""
+    """Model declaration of both runs (a pair never crosses models)."""
+    harness: str = ""
+    """Harness of both runs (a pair never crosses harnesses)."""
     search_cell: str = ""
     """Pool-search cell selection/stopping/ranking of both runs ("" for corpus search)."""
     phase: Phase
@@ -216,7 +220,8 @@ def pair_cells(archive: Archive, rows: list[StateRow]) -> list[PairCell]:
                 sa, sb = ((x[(doc, comp.factor_id)].decision.state if (doc, comp.factor_id) in x
                            else "NO_DOCUMENT") for x in (a, b))
                 cells.append(PairCell(card_id=card.card_id, axis_id=comp.factor_id, arm_a=comp.arm_a,
-                                      arm_b=comp.arm_b, seed=key[-1], search_cell=key[4], phase=phase_of(doc), document=doc,
+                                      arm_b=comp.arm_b, seed=key[-1], model=key[2], harness=key[3],
+                                      search_cell=key[4], phase=phase_of(doc), document=doc,
                                       state_a=sa, state_b=sb))
     return cells
 

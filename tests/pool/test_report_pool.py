@@ -68,6 +68,7 @@ def test_evaluator_pairs_stay_within_the_search_cell(pool_archive: Archive, tmp_
     cells = pair_cells(copy, state_rows(copy, ev.evaluator_id))
     finals = [c for c in cells if c.document == "final"]
     assert len(finals) == 8 and len({(c.seed, c.search_cell) for c in finals}) == 8
+    assert {(c.model, c.harness) for c in finals} == {(r.slot.model, r.slot.harness) for r in runs.values()}
     assert {c.search_cell for c in finals} == {
         f"{r.slot.search_condition.selection}/{r.slot.search_condition.stopping}/original" for r in runs.values()}
 
