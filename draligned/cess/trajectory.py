@@ -129,7 +129,7 @@ def _validator() -> tuple[jsonschema.Draft202012Validator, dict[tuple[str, str],
 
 
 def _item_problem(value: Any, rule: dict[str, Any]) -> str | None:
-    """Why ``value`` breaks an item rule (``type`` string/number/null, ``minLength``, ``minimum``)."""
+    """Why ``value`` breaks an item rule (``type`` string/number/null, ``minLength``, ``minimum``, ``maximum``)."""
     types = rule["type"] if isinstance(rule["type"], list) else [rule["type"]]
     is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
     if not any({"string": isinstance(value, str), "number": is_number, "null": value is None}[t] for t in types):
@@ -138,6 +138,8 @@ def _item_problem(value: Any, rule: dict[str, Any]) -> str | None:
         return f"{value!r} should be non-empty"
     if is_number and "minimum" in rule and value < rule["minimum"]:
         return f"{value!r} is less than the minimum of {rule['minimum']}"
+    if is_number and "maximum" in rule and value > rule["maximum"]:
+        return f"{value!r} is greater than the maximum of {rule['maximum']}"
     return None
 
 
@@ -158,10 +160,11 @@ def _item_error(record: dict[str, Any], line: int,
 
 
 def _all_fine(values: list[Any], rule: dict[str, Any]) -> bool:
-    """Quick verdict for the usual case: every number a plain int/float at or above any minimum."""
+    """Quick verdict for the usual case: every number a plain int/float within any minimum/maximum."""
     if rule["type"] != "number" or not all(type(v) is float or type(v) is int for v in values):
         return False
-    return "minimum" not in rule or min(values) >= rule["minimum"]
+    return ("minimum" not in rule or min(values) >= rule["minimum"]) and (
+        "maximum" not in rule or max(values) <= rule["maximum"])
 
 
 def _schema_error(record: Any, line: int) -> TrajectoryError | None:

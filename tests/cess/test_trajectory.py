@@ -95,6 +95,8 @@ CASES = [
     ("unknown ranking", _set("ranking", "sideways"), "ranking", "sideways"),
     ("duplicate doc ids", _set("pool.doc_ids", ["d0", "d0", "d2"]), "pool.doc_ids", "non-unique"),
     ("probability is a string", _set("rounds.0.probs.0", "0.5"), "rounds[0].probs[0]", "number"),
+    ("pool score above 1", _set("pool.y", [1.5, 0.0, -1.0]), "pool.y[0]", "maximum"),
+    ("round score below -1", _set("rounds.0.y", -2.0), "rounds[0].y", "minimum"),
 ]
 
 
