@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import sys
 
 # Each module defines ``register(subparsers)`` and sets ``func`` on its parsers.
 _COMMAND_MODULES = ("cards", "run", "archive", "evaluate", "cess", "report", "sandbox")
@@ -25,5 +27,9 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script; returns the process exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    code = args.func(args)
+    try:
+        code = args.func(args)
+    except BrokenPipeError:  # output piped into a reader that stopped early (e.g. `| head`)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     return int(code or 0)
