@@ -133,3 +133,13 @@ def test_an_archive_path_that_is_not_a_directory_is_a_clean_error(tmp_path, caps
     path = write_study(tmp_path, ["travel_budget_en.json"])
     assert main(["run", str(path), "--archive", str(tmp_path / "afile" / "archive")]) == 2
     assert f"{tmp_path / 'afile' / 'archive'}: cannot use it as the archive directory" in capsys.readouterr().err
+
+
+def test_paper_families_example_parses_and_declares_table9_fields():
+    """The shipped real-model example is a valid study whose request fields follow Tables 9 and 12."""
+    study = load_study(REPO / "studies" / "paper_families.example.toml")
+    fields = {m.name: m.request_fields() for m in study.spec.models}
+    assert "temperature" not in fields["grok-none"] and fields["grok-none"]["reasoning"] == {"effort": "none"}
+    assert fields["deepseek-off"]["thinking"] == {"type": "disabled"}
+    assert all(f["max_output_tokens"] == 16000 and f["parallel_tool_calls"] is False for f in fields.values())
+    assert len(study.slots("c" * 64)) == 5 * (3 * 2 + 4)
