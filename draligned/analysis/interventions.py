@@ -96,7 +96,7 @@ def intervention_effects(rows: list[InterventionRow], cfg: Cess) -> Table:
     return Table(
         name="cess_interventions", title="2x2 intervention effects on the Opened Mean (CESS paper Eq. 4)",
         note="Blocks: (task, replicate) with all four cells; incomplete blocks are counted, not used. CIs: "
-             f"{round(cfg.confidence * 100)}% task-cluster bootstrap. ICC(1,k) across replicates. Effects of "
+             f"{round(cfg.confidence * 100)}% task-cluster bootstrap. ICC(1,k) across replicates (negative, even far below 0, when replicates vary more within tasks than between them). Effects of "
              "changing the search policy: a different estimand from a CESS contrast.",
         columns=["effect", "blocks", "mean", "low", "high", "icc", "icc_k", "icc_tasks", "icc_undefined",
                  "incomplete_blocks"],
