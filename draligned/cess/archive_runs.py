@@ -20,7 +20,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from draligned.archive import Archive
-from draligned.cess.estimators import trajectory_estimates
+from draligned.cess.estimators import PoolEstimates, trajectory_estimates
 from draligned.cess.trajectory import Trajectory, TrajectoryPool, TrajectoryRound
 from draligned.records import PoolRoundEvent, RunRecord
 from draligned.tools.pool_file import LoadedPool, parse_pool
@@ -45,8 +45,8 @@ class PoolRun(BaseModel):
     the agent stopped searching on its own — an unlogged stop, so Eq. 6's guarantee does not cover it."""
 
 
-class CessRun(BaseModel):
-    """One row of ``cess_runs``: the run's design labels and its pool estimates."""
+class _RunDesign(BaseModel):
+    """The design labels of a pool run (the first columns of ``cess_runs``)."""
 
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
@@ -84,26 +84,12 @@ class CessRun(BaseModel):
     """How the search ended: budget, sampled_stop or agent (see :class:`PoolRun`)."""
     lam: float
     """λ used for the CESS variants."""
-    opened_mean: float
-    """Mean Y (+1 = P side) of the opened documents: what this run read."""
-    outcome_regression: float
-    """Full-pool mean prediction m̄."""
-    ipw_raw: float | None
-    """Sequential IPW (Eq. 6, m ≡ 0)."""
-    dr_raw: float | None
-    """Raw sequential DR (Eq. 6)."""
-    cess: float | None
-    """CESS shrink-then-clip (Eq. 9): the pool-target estimate."""
-    cess_clip_then_shrink: float | None
-    """CESS clip-then-shrink (Eq. 13)."""
-    cess_opened_anchor: float | None
-    """CESS anchored at the Opened Mean (Eq. 12)."""
-    ess: float
-    """Kish effective sample size of the weights."""
-    max_weight: float
-    """Largest weight 1/(N p_t s_t)."""
-    theta_star: float | None
-    """Pool target θ* (every document scored), else None."""
+
+
+class CessRun(PoolEstimates, _RunDesign):
+    """One row of ``cess_runs``: the run's design labels, its pool estimates (Y: +1 = the card's P
+    side), then the support interval (inherited fields come last base first, so in that order)."""
+
     support_lower: float | None
     """Lower end of the support interval (Eq. 10) when it applies."""
     support_upper: float | None
@@ -177,9 +163,7 @@ def cess_rows(runs: list[PoolRun], lam: float = ARCHIVE_LAMBDA) -> list[CessRun]
             card_id=rec.slot.card_id, arm=rec.slot.arm, model=rec.slot.model, harness=rec.slot.harness,
             seed=rec.slot.seed, selection=cond.selection, stopping=cond.stopping, ranking=cond.ranking,
             status=rec.status, budget=run.trajectory.budget, rounds=est.rounds, ended_by=run.ended_by,
-            lam=lam, **est.model_dump(include={
-                "opened_mean", "outcome_regression", "ipw_raw", "dr_raw", "cess", "cess_clip_then_shrink",
-                "cess_opened_anchor", "ess", "max_weight", "theta_star"}),
+            lam=lam, **est.model_dump(include=set(PoolEstimates.model_fields)),
             support_lower=None if support is None else support[0],
             support_upper=None if support is None else support[1],
         ))

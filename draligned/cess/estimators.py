@@ -187,17 +187,12 @@ def estimate(batch: TrajectoryBatch, lam: float) -> Estimates:
     )
 
 
-class TrajectoryEstimate(BaseModel):
-    """The report of `draligned cess estimate` for one trajectory."""
+class PoolEstimates(BaseModel):
+    """One trajectory's estimators and weight diagnostics, as `cess estimate` reports them and as
+    the ``cess_runs`` table stores them; None marks a point estimate hidden by the support interval."""
 
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
-    trajectory_id: str
-    """Id of the trajectory."""
-    task_id: str
-    """Task whose pool was searched."""
-    rounds: int
-    """Observed rounds T."""
     opened_mean: float
     """Mean Y over the T selections (repeats counted); describes what was read, not the pool."""
     outcome_regression: float
@@ -218,6 +213,28 @@ class TrajectoryEstimate(BaseModel):
     """Largest weight 1/(N p_t s_t)."""
     theta_star: float | None
     """Pool target θ* (Eq. 1) when every document's Y is logged."""
+
+
+class _TrajectoryIdentity(BaseModel):
+    """Which trajectory a report is about."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    trajectory_id: str
+    """Id of the trajectory."""
+    task_id: str
+    """Task whose pool was searched."""
+    rounds: int
+    """Observed rounds T."""
+
+
+class TrajectoryEstimate(PoolEstimates, _TrajectoryIdentity):
+    """The report of `draligned cess estimate` for one trajectory.
+
+    pydantic orders inherited fields from the last base to the first, so the report reads
+    identity, estimates, then the support interval.
+    """
+
     support_interval: tuple[float, float] | None
     """[lower, upper] of Eq. 10 when some documents had zero probability throughout, else None."""
 
