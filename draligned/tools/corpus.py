@@ -6,7 +6,6 @@ the only thing that differs between counterfactual arms is the prompt, never the
 
 from __future__ import annotations
 
-import json
 import re
 import unicodedata
 from collections.abc import Iterator, Sequence
@@ -15,9 +14,10 @@ from typing import Literal
 
 import bm25s
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from draligned.hashing import sha256_bytes
+from draligned.tools.jsonl import parse_documents, read_file
 
 __all__ = [
     "Corpus",
@@ -242,50 +242,7 @@ def load_corpus(path: str | Path) -> Corpus:
     duplicate ids or urls.
     """
     path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise CorpusError(f"{path}: cannot read corpus file: {exc}") from exc
-    try:
-        content = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise CorpusError(f"{path}: not valid UTF-8: {exc}") from exc
-
-    docs: list[CorpusDocument] = []
-    id_lines: dict[str, int] = {}
-    url_lines: dict[str, int] = {}
-    # split on "\n" only: str.splitlines would also split on U+2028 inside JSON strings
-    for lineno, line in enumerate(content.split("\n"), start=1):
-        line = line.strip()
-        if not line:
-            continue
-        where = f"{path}:{lineno}"
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise CorpusError(f"{where}: invalid JSON: {exc.msg} (column {exc.colno})") from exc
-        if not isinstance(obj, dict):
-            raise CorpusError(f"{where}: expected a JSON object, got {type(obj).__name__}")
-        try:
-            doc = CorpusDocument.model_validate(obj)
-        except ValidationError as exc:
-            problems = []
-            for err in exc.errors():
-                field = ".".join(str(p) for p in err["loc"]) or "<document>"
-                problems.append(f"field '{field}': {err['msg']}")
-            raise CorpusError(f"{where}: " + "; ".join(problems)) from exc
-        if doc.id in id_lines:
-            raise CorpusError(
-                f"{where}: field 'id': duplicate id {doc.id!r} (first on line {id_lines[doc.id]})"
-            )
-        key = _url_key(doc.url)
-        if key in url_lines:
-            raise CorpusError(
-                f"{where}: field 'url': duplicate url {doc.url!r} (first on line {url_lines[key]})"
-            )
-        id_lines[doc.id] = lineno
-        url_lines[key] = lineno
-        docs.append(doc)
-    if not docs:
-        raise CorpusError(f"{path}: corpus has no documents")
+    raw = read_file(path, CorpusError, "corpus")
+    docs = parse_documents(raw, path, CorpusDocument, CorpusError, "corpus",
+                           lambda d: [("id", d.id, d.id), ("url", _url_key(d.url), d.url)])
     return Corpus(docs, path=path, sha256=sha256_bytes(raw))

@@ -9,16 +9,16 @@ Errors name the file, the line and the field. The file's sha256 is its identity.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from draligned.cess.pool import CandidatePool, PoolDocument
 from draligned.hashing import sha256_bytes
 from draligned.tools.corpus import CorpusDocument
+from draligned.tools.jsonl import parse_documents, read_file
 
 
 class PoolFileError(ValueError):
@@ -83,44 +83,12 @@ class LoadedPool:
 
 def parse_pool(raw: bytes, path: Path) -> LoadedPool:
     """Validate pool-file bytes; the first bad line raises :class:`PoolFileError`."""
-    try:
-        content = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise PoolFileError(f"{path}: not valid UTF-8: {exc}") from exc
-    docs: list[PoolFileDocument] = []
-    first_line: dict[str, int] = {}
-    for lineno, line in enumerate(content.split("\n"), start=1):
-        if not line.strip():
-            continue
-        where = f"{path}:{lineno}"
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise PoolFileError(f"{where}: invalid JSON: {exc.msg} (column {exc.colno})") from exc
-        if not isinstance(obj, dict):
-            raise PoolFileError(f"{where}: expected a JSON object, got {type(obj).__name__}")
-        try:
-            doc = PoolFileDocument.model_validate(obj)
-        except ValidationError as exc:
-            err = exc.errors()[0]
-            field = ".".join(str(p) for p in err["loc"]) or "<document>"
-            raise PoolFileError(f"{where}: field '{field}': {err['msg']}") from exc
-        for key, value in (("id", doc.id), ("url", doc.address)):
-            seen = first_line.get(f"{key}:{value}")
-            if seen is not None:
-                raise PoolFileError(f"{where}: field '{key}': duplicate {key} {value!r} (first on line {seen})")
-            first_line[f"{key}:{value}"] = lineno
-        docs.append(doc)
-    if not docs:
-        raise PoolFileError(f"{path}: pool has no documents")
+    docs = parse_documents(raw, path, PoolFileDocument, PoolFileError, "pool",
+                           lambda d: [("id", d.id, d.id), ("url", d.address, d.address)])
     return LoadedPool(path=path, sha256=sha256_bytes(raw), documents=tuple(docs))
 
 
 def load_pool(path: str | Path) -> LoadedPool:
     """Read and validate a pool file."""
     path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise PoolFileError(f"{path}: cannot read pool file: {exc}") from exc
-    return parse_pool(raw, path)
+    return parse_pool(read_file(path, PoolFileError, "pool"), path)
