@@ -127,24 +127,27 @@ class ModelReply(Record):
 
 
 # --------------------------------------------------------------------------- run events
-class ModelAttemptEvent(Record):
+class RunEvent(Record):
+    """Base of every event of a run record: its place in the run's one event sequence."""
+
+    event_id: str
+    """Sequential id within the run (e0001, e0002, ...), root and workers in one sequence."""
+
+
+class ModelAttemptEvent(RunEvent):
     """A failed attempt at a model call, recorded before the call's outcome."""
 
     type: Literal["model_attempt"] = "model_attempt"
-    event_id: str
-    """Sequential id within the run."""
     role: str = "executor"
     """Which context made the call."""
     attempt: ModelAttempt
     """What happened on this attempt."""
 
 
-class ModelCallEvent(Record):
+class ModelCallEvent(RunEvent):
     """A model call made by the executor."""
 
     type: Literal["model_call"] = "model_call"
-    event_id: str
-    """Sequential id within the run (e0001, e0002, ...)."""
     role: str = "executor"
     """Which context made the call (executor, or a worker id in delegating harnesses)."""
     request_blob: str
@@ -173,12 +176,10 @@ class ModelCallEvent(Record):
     """Cost of the call from the model's price table; None when the model is not priced."""
 
 
-class ToolCallEvent(Record):
+class ToolCallEvent(RunEvent):
     """A tool call executed (or refused) by the harness."""
 
     type: Literal["tool_call"] = "tool_call"
-    event_id: str
-    """Sequential id within the run."""
     role: str = "executor"
     """Which context made the call."""
     call_id: str
@@ -197,12 +198,10 @@ class ToolCallEvent(Record):
     """Set when the tool returned an error to the agent (malformed arguments, unknown URL, ...)."""
 
 
-class DraftEvent(Record):
+class DraftEvent(RunEvent):
     """A saved draft version of the report."""
 
     type: Literal["draft"] = "draft"
-    event_id: str
-    """Sequential id within the run."""
     version: int
     """Draft version, 1-based, in saving order."""
     blob: str
@@ -213,12 +212,10 @@ class DraftEvent(Record):
     """Event id of the tool call that saved it."""
 
 
-class FinalEvent(Record):
+class FinalEvent(RunEvent):
     """The delivered final report."""
 
     type: Literal["final"] = "final"
-    event_id: str
-    """Sequential id within the run."""
     blob: str
     """sha256 of the final text."""
     chars: int
@@ -227,24 +224,20 @@ class FinalEvent(Record):
     """How the final was delivered: a submit tool or a natural text-only reply."""
 
 
-class NoticeEvent(Record):
+class NoticeEvent(RunEvent):
     """Something the harness did that a reader of the run must know about."""
 
     type: Literal["notice"] = "notice"
-    event_id: str
-    """Sequential id within the run."""
     code: str
     """Machine-readable notice code, e.g. multiple_tool_calls_in_order, tool_call_not_executed."""
     detail: str
     """Human-readable detail."""
 
 
-class SnapshotEvent(Record):
+class SnapshotEvent(RunEvent):
     """The workspace files after a tool call (H-W/H-D); content-addressed, so unchanged files cost nothing."""
 
     type: Literal["snapshot"] = "snapshot"
-    event_id: str
-    """Sequential id within the run."""
     role: str = "executor"
     """Whose workspace: the root (executor) or a worker's private one."""
     tool_event: str
@@ -279,26 +272,22 @@ class WorkerRun(Record):
     """sha256 of the canonical JSON of the worker's full message list."""
 
 
-class DelegateEvent(Record):
+class DelegateEvent(RunEvent):
     """A delegate_batch call (H-D): links the root's tool call to the workers' transcripts."""
 
     type: Literal["delegate"] = "delegate"
-    event_id: str
-    """Sequential id within the run."""
     tool_event: str
     """Event id of the root's delegate_batch tool call."""
     workers: list[WorkerRun]
     """The batch's workers, in task order."""
 
 
-class PoolRoundEvent(Record):
+class PoolRoundEvent(RunEvent):
     """One round of logged candidate-pool search (CESS paper, Eq. 5): the controller's full
     probability vector, the sampled document and the stop decision, so the run's trajectory
     and its pool estimates can be rebuilt from the record alone."""
 
     type: Literal["pool_round"] = "pool_round"
-    event_id: str
-    """Sequential id within the run."""
     round: int
     """Round number t, starting at 1 (a sampled stop before round t is logged as round t)."""
     query: str
