@@ -320,6 +320,10 @@ Event = Annotated[
 
 RunStatus = Literal["started", "completed", "failed", "budget_exhausted"]
 
+FINISHED: tuple[RunStatus, ...] = ("completed", "budget_exhausted")
+"""Statuses that finish a slot: outcomes of the protocol, so resume skips them and readouts use them
+(an interrupted ``started`` or a ``failed`` run is rerun as a new attempt)."""
+
 
 class SearchCondition(Record):
     """The pool-search cell of a slot: the paper's selection × stopping intervention and ranking."""

@@ -23,12 +23,11 @@ from draligned.executors import EXECUTORS, Ledger, RunSetup
 from draligned.executors.base import new_record
 from draligned.models import ModelAPI, get_model
 from draligned.models.cache import CachedModel, ReplayCache
-from draligned.records import RunRecord, Slot
+from draligned.records import FINISHED, RunRecord, Slot
 from draligned.sandbox import SandboxUnavailable, require_sandbox
 from draligned.study import Study, StudyError
 from draligned.tools.pool_search import StudySearch, open_search
 
-FINISHED = ("completed", "budget_exhausted")
 LOCK_NAME = ".run.lock"
 
 

@@ -11,8 +11,7 @@ from __future__ import annotations
 from draligned.analysis.plan import Plan, PhaseSpec
 from draligned.analysis.rows import Row, RunRow, StateRow
 from draligned.cards import Card, comparisons
-
-FINISHED = ("completed", "budget_exhausted")
+from draligned.records import FINISHED
 
 
 class Pair(Row):

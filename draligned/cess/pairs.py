@@ -21,8 +21,8 @@ from pydantic import BaseModel, ConfigDict
 
 from draligned.cess.archive_runs import CessRun
 from draligned.cess.metrics import bootstrap_ci, intervention_effects
+from draligned.records import FINISHED
 
-FINISHED = ("completed", "budget_exhausted")
 CELLS = {("uniform", "fixed"): "00", ("agent", "fixed"): "10", ("uniform", "adaptive"): "01",
          ("agent", "adaptive"): "11"}
 """(selection, stopping) → the paper's θ_ab index (a: agent selection, b: adaptive stopping)."""
