@@ -4,18 +4,56 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from draligned.hashing import sha256_bytes
 from draligned.records import ToolSpec
+from draligned.tools.acquisition import AcquisitionLimits
 
 HARNESS_DIR = Path(__file__).resolve().parent.parent / "harnesses"
 
 
 class ContractError(Exception):
     """A harness contract that is missing or malformed."""
+
+
+class Role(BaseModel):
+    """One agent context of a harness and the tools it may call."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    role: str
+    """Role name: ``executor`` (the root context) or ``worker`` (an H-D delegated context)."""
+    tools: list[str]
+    """Names of the tools this context is offered, in the order sent."""
+    system_prompt: str | None = None
+    """System message of this context; None for the executor, whose prompt is the contract's."""
+
+
+class WorkspaceLimits(AcquisitionLimits):
+    """Caps of a workspace harness (H-W, H-D): the acquisition caps plus file, shell and snapshot caps."""
+
+    view_chars: int
+    """Characters view_file returns at most per call."""
+    shell_timeout_s: int
+    """Wall-clock seconds before a shell command is killed."""
+    shell_output_chars: int
+    """Characters of a shell command's stdout plus stderr returned."""
+    shell_cpu_s: int
+    """CPU seconds of a shell command."""
+    shell_memory_mb: int
+    """Address space of a shell command, in MiB."""
+    shell_file_mb: int
+    """Largest file a shell command may write, in MiB."""
+    shell_processes: int
+    """Processes and threads a shell command may add."""
+    shell_open_files: int
+    """Open file descriptors of a shell command."""
+    snapshot_mb: int
+    """MiB of workspace files read into each snapshot; larger remainders are listed by size only."""
+    batch_tasks: int | None = None
+    """Tasks one delegate_batch call may carry (H-D only)."""
 
 
 class Contract(BaseModel):
@@ -29,18 +67,32 @@ class Contract(BaseModel):
     """Contract version; a change is a new version, never an edit of one already used."""
     description: str
     """What the harness is."""
-    roles: list[dict[str, Any]]
+    roles: list[Role]
     """Contexts and the tools each may call."""
     system_prompt: str
     """System message text sent to the executor."""
     tools: list[ToolSpec]
     """Tools with their JSON Schemas, in the order sent."""
-    limits: dict[str, int]
-    """Numeric limits of tool returns (search_results, snippet_chars, read_chars, ...)."""
+    limits: WorkspaceLimits | AcquisitionLimits
+    """Numeric limits of tool returns: the acquisition caps, plus the workspace caps in H-W and H-D."""
     returns: dict[str, str]
     """Fixed return texts of tools (e.g. "Draft saved.")."""
     rules: dict[str, str]
     """Loop rules in words, for readers of the archive."""
+
+    def role(self, name: str) -> Role:
+        """The context named ``name``; ContractError when the contract has none."""
+        found = next((r for r in self.roles if r.role == name), None)
+        if found is None:
+            raise ContractError(f"harness {self.harness}: field roles: no role {name!r}")
+        return found
+
+    def workspace_limits(self) -> WorkspaceLimits:
+        """The limits of a workspace harness; ContractError when the contract lacks the workspace caps."""
+        if not isinstance(self.limits, WorkspaceLimits):
+            raise ContractError(f"harness {self.harness}: field limits: no workspace limits (view_chars, shell_*, "
+                                f"snapshot_mb)")
+        return self.limits
 
 
 class LoadedContract(BaseModel):

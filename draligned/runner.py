@@ -19,7 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from draligned.archive import Archive
 from draligned.archive.index import rebuild_index
-from draligned.executors import EXECUTORS, Ledger, RunSetup
+from draligned.executors import RunSetup, executor_for
 from draligned.executors.base import new_record
 from draligned.models import ModelAPI, get_model
 from draligned.models.cache import CachedModel, ReplayCache
@@ -66,8 +66,8 @@ async def _run_slot(study: Study, archive: Archive, slot: Slot, attempt: int, mo
     )
     setup = RunSetup(archive=archive, record=record, contract=contract, model=model,
                      system_prompt=system_prompt, user_message=user_message, seed=slot.seed,
-                     ledger=Ledger(study.spec.budget))
-    return await EXECUTORS[slot.harness](setup, search.backend_for(slot, archive, record)).run()
+                     budget=study.spec.budget)
+    return await executor_for(slot.harness)(setup, search.backend_for(slot, archive, record)).run()
 
 
 async def run_study(study: Study, show_progress: bool = False) -> StudyResult:
@@ -80,7 +80,7 @@ async def run_study(study: Study, show_progress: bool = False) -> StudyResult:
         raise StudyError(f"{study.path}: field {where}: {exc}") from exc
     slots = study.slots(search.sha256)
     todo, attempts = plan_resume(archive, slots)
-    sandboxed = sorted({s.harness for s in todo if getattr(EXECUTORS[s.harness], "needs_sandbox", False)})
+    sandboxed = sorted({s.harness for s in todo if executor_for(s.harness).needs_sandbox})
     if sandboxed:
         try:
             await require_sandbox()

@@ -63,9 +63,10 @@ class SandboxLimits(BaseModel):
     """Open file descriptors (RLIMIT_NOFILE)."""
 
     @classmethod
-    def from_contract(cls, limits: dict[str, int]) -> SandboxLimits:
-        """Read the ``shell_*`` keys of a contract's limits (``shell_timeout_s`` -> ``timeout_s``)."""
-        return cls(**{k.removeprefix("shell_"): v for k, v in limits.items() if k.startswith("shell_")})
+    def from_contract(cls, limits: BaseModel) -> SandboxLimits:
+        """Read the ``shell_*`` fields of a contract's limits (``shell_timeout_s`` -> ``timeout_s``)."""
+        return cls(**{k.removeprefix("shell_"): v for k, v in limits.model_dump(exclude_none=True).items()
+                      if k.startswith("shell_")})
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from draligned.archive import Archive
-from draligned.executors import EXECUTORS, Budget, Ledger, RunSetup
+from draligned.executors import Budget, RunSetup, executor_for
 from draligned.executors.base import new_record
 from draligned.harness import load_contract
 from draligned.records import Event, RunRecord, Slot, ToolCallEvent
@@ -48,8 +48,8 @@ def run_harness(tmp: Path, harness: str, model, budget: Budget | None = None, ru
                         user_message_blob=archive.put_blob(USER), tools_blob=archive.put_blob("[]"))
     setup = RunSetup(archive=archive, record=record, contract=contract, model=model,
                      system_prompt=contract.contract.system_prompt, user_message=USER, seed=0,
-                     ledger=Ledger(budget))
-    return asyncio.run(EXECUTORS[harness](setup, corpus).run()), archive
+                     budget=budget)
+    return asyncio.run(executor_for(harness)(setup, corpus).run()), archive
 
 
 def of_type(rec: RunRecord, kind: type, role: str | None = None) -> list[Event]:

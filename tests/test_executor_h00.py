@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from draligned.archive import Archive
-from draligned.executors import Budget, H00Executor, Ledger, RunSetup
+from draligned.executors import Budget, H00Executor, RunSetup
 from draligned.executors.base import new_record
 from draligned.harness import load_contract
 from draligned.records import DraftEvent, FinalEvent, NoticeEvent, Slot, ToolCall, ToolCallEvent
@@ -42,7 +42,7 @@ def run(tmp_path: Path, corpus, replies, budget: Budget | None = None):
     model = ScriptedModel(replies)
     setup = RunSetup(archive=archive, record=record, contract=contract, model=model,
                      system_prompt="sys", user_message="Plan a Kyoto trip.", seed=0,
-                     ledger=Ledger(budget or Budget()))
+                     budget=budget or Budget())
     rec = asyncio.run(H00Executor(setup, corpus).run())
     return rec, model, archive
 

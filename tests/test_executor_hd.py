@@ -58,7 +58,7 @@ def test_worker_sees_only_its_assignment_and_selected_files(isolation_run):
 
 def test_workers_get_no_root_history(isolation_run):
     _, _, model = isolation_run
-    worker_prompt = next(r for r in load_contract("H-D").contract.roles if r["role"] == "worker")["system_prompt"]
+    worker_prompt = load_contract("H-D").contract.role("worker").system_prompt
     worker_calls = model.seen[3:12]
     assert len(worker_calls) == 9
     for messages in worker_calls:

@@ -89,13 +89,13 @@ def test_unreadable_files_and_directories_are_recorded_not_a_crash_or_a_silent_g
 @pytest.mark.parametrize("harness", ["H-W", "H-D"])
 def test_tool_descriptions_state_the_contract_limits(harness):
     contract = load_contract(harness).contract
-    tools, limits = {t.name: t.description for t in contract.tools}, contract.limits
-    assert f"{limits['shell_output_chars']:,} characters" in tools["shell"]
-    assert f"after {limits['shell_timeout_s']} seconds" in tools["shell"]
-    assert f"up to {limits['view_chars']:,} characters" in tools["view_file"]
+    tools, limits = {t.name: t.description for t in contract.tools}, contract.workspace_limits()
+    assert f"{limits.shell_output_chars:,} characters" in tools["shell"]
+    assert f"after {limits.shell_timeout_s} seconds" in tools["shell"]
+    assert f"up to {limits.view_chars:,} characters" in tools["view_file"]
     assert [t for t in tools] == ["search", "read", "shell", "view_file", "write_file", "edit_file", "submit_file"] + (
         ["delegate_batch"] if harness == "H-D" else [])
-    assert SandboxLimits.from_contract(limits).processes == limits["shell_processes"]
+    assert SandboxLimits.from_contract(limits).processes == limits.shell_processes
 
 
 class TestHW:

@@ -13,7 +13,8 @@ from __future__ import annotations
 import datetime as dt
 import time
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable
+from enum import StrEnum
+from typing import Awaitable, Callable, ClassVar, Literal, Protocol
 
 import jsonschema
 from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
@@ -26,7 +27,8 @@ from draligned.records import (
     ModelCallEvent, ModelReply, NoticeEvent, RunRecord, RunStatus, SnapshotEvent, ToolCall, ToolCallEvent,
     ToolSpec, WorkerRun,
 )
-from draligned.tools.acquisition import AcquisitionTools
+from draligned.tools.acquisition import AcquisitionTools, SearchBackend
+from draligned.tools.errors import ToolError
 
 
 def utcnow() -> str:
@@ -54,32 +56,42 @@ class Budget(BaseModel):
         return {k: v for k, v in handler(self).items() if v is not None}
 
 
+class BudgetSpent(StrEnum):
+    """Why the run's budget ends it (the ``status_reason`` of a ``budget_exhausted`` run)."""
+
+    MODEL_CALLS = "model-call budget spent"
+    TOOL_CALLS = "tool-call budget spent"
+    TOKENS = "token budget spent"
+    WALL_TIME = "wall-time budget spent"
+    BY_WORKERS = "budget spent by delegated workers"
+
+
 @dataclass
 class Ledger:
-    """One shared count of model calls, tool calls, tokens and wall time; when spent, everything stops."""
+    """The run's budget checked against its record's counters: the one count of model calls, tool calls
+    and tokens (input plus output), kept by the run writer and shared by the root and its H-D workers.
+    When spent, everything stops."""
 
     budget: Budget
-    model_calls: int = 0
-    tool_calls: int = 0
-    tokens: int = 0
+    record: RunRecord
     started: float = field(default_factory=time.monotonic)
 
-    def model_budget_spent(self) -> str | None:
+    def model_budget_spent(self) -> BudgetSpent | None:
         """Why no further model call may be made, or None while one may."""
-        b = self.budget
-        if self.model_calls >= b.max_model_calls:
-            return "model-call budget spent"
-        if b.max_tokens is not None and self.tokens >= b.max_tokens:
-            return "token budget spent"
+        b, c = self.budget, self.record.counters
+        if c.model_calls >= b.max_model_calls:
+            return BudgetSpent.MODEL_CALLS
+        if b.max_tokens is not None and c.usage.input_tokens + c.usage.output_tokens >= b.max_tokens:
+            return BudgetSpent.TOKENS
         if b.max_wall_s is not None and time.monotonic() - self.started >= b.max_wall_s:
-            return "wall-time budget spent"
+            return BudgetSpent.WALL_TIME
         return None
 
     def can_call_model(self) -> bool:
         return self.model_budget_spent() is None
 
     def can_call_tool(self) -> bool:
-        return self.tool_calls < self.budget.max_tool_calls
+        return self.record.counters.tool_calls < self.budget.max_tool_calls
 
 
 def next_event_id(record: RunRecord) -> str:
@@ -194,7 +206,26 @@ class RunSetup:
     system_prompt: str
     user_message: str
     seed: int
-    ledger: Ledger
+    budget: Budget
+    ledger: Ledger = field(init=False)
+    """The budget over this run's record (built here, so it can only count this record)."""
+
+    def __post_init__(self) -> None:
+        self.ledger = Ledger(self.budget, self.record)
+
+
+class Executor(Protocol):
+    """A harness's executor: built for one run from its setup and search backend, it runs the run and
+    returns the sealed record."""
+
+    needs_sandbox: ClassVar[bool]
+    """True when the harness runs a shell, so a study using it refuses to start without a sandbox."""
+
+    def __init__(self, setup: RunSetup, backend: SearchBackend) -> None: ...
+
+    async def run(self) -> RunRecord:
+        """Run the run to its end (completed, failed or budget_exhausted) and return the written record."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -202,13 +233,30 @@ class ToolOutcome:
     """What a tool handler returns: the text for the agent and what the loop must record."""
 
     text: str
-    error: str | None = None
+    error: ToolError | None = None
     request_text: str | None = None
     draft: str | None = None
     final: str | None = None
-    final_by: str = "submit_report"
-    stop: str | None = None
+    final_by: Literal["submit_report", "submit_file"] = "submit_report"
+    stop: BudgetSpent | None = None
     """Set when the shared ledger was spent inside the tool (H-D workers): the context stops."""
+
+
+@dataclass(frozen=True)
+class LoopResult:
+    """How one agent context ended."""
+
+    status: RunStatus
+    """``completed``, ``failed`` or ``budget_exhausted`` (never ``started``)."""
+    reason: str | None = None
+    """Why it failed or stopped (a BudgetSpent text when the budget ended it); None when completed."""
+    final: str | None = None
+    """The delivered text when completed: the submitted report, or a worker's text-only reply."""
+
+
+def harness_error(exc: Exception) -> LoopResult:
+    """A context that raised: recorded as a failure, never silent, so the run cannot look like a report."""
+    return LoopResult("failed", f"harness error: {type(exc).__name__}: {exc}")
 
 
 Handler = Callable[[dict], Awaitable[ToolOutcome]]
@@ -248,24 +296,22 @@ class Loop:
             cls.check_schema(spec.parameters)
             self._validators[spec.name] = cls(spec.parameters)
 
-    async def run(self) -> tuple[RunStatus, str | None, str | None]:
-        """Returns (status, reason, final text)."""
+    async def run(self) -> LoopResult:
+        """Drive the context until it delivers, fails or the budget ends it."""
         s = self.setup
         while True:
             if (spent := s.ledger.model_budget_spent()) is not None:
-                return "budget_exhausted", spent, None
+                return LoopResult("budget_exhausted", spent)
             try:
                 reply = await s.model.generate(self.messages, self.tools, s.seed)
             except ModelError as exc:
                 self.writer.attempts(exc.attempts, self.role)
-                return "failed", f"model error: {exc}", None
-            s.ledger.model_calls += 1
-            s.ledger.tokens += reply.usage.input_tokens + reply.usage.output_tokens
+                return LoopResult("failed", f"model error: {exc}")
             decl = s.model.declaration
             violations = decl.checks.violations(reply)
             self.writer.model_call(reply, self.role, violations, decl.price.cost(reply.usage) if decl.price else None)
             if violations:
-                return "failed", "model check failed: " + "; ".join(violations), None
+                return LoopResult("failed", "model check failed: " + "; ".join(violations))
             self.messages.append(Message(role="assistant", content=reply.text, tool_calls=reply.tool_calls))
             if not reply.tool_calls:
                 return self._no_tool_reply(reply)
@@ -274,31 +320,31 @@ class Loop:
                                    f"{len(reply.tool_calls)} tool calls in one reply; executed in order")
             for i, call in enumerate(reply.tool_calls):
                 if not s.ledger.can_call_tool():
-                    self._not_executed(reply.tool_calls[i:], "tool-call budget spent")
-                    return "budget_exhausted", "tool-call budget spent", None
+                    self._not_executed(reply.tool_calls[i:], BudgetSpent.TOOL_CALLS)
+                    return LoopResult("budget_exhausted", BudgetSpent.TOOL_CALLS)
                 outcome = await self._execute(call)
                 if outcome.final is not None:
                     self._not_executed(reply.tool_calls[i + 1:], "the report was already submitted")
-                    return "completed", None, outcome.final
+                    return LoopResult("completed", final=outcome.final)
                 if outcome.stop is not None:
                     self._not_executed(reply.tool_calls[i + 1:], outcome.stop)
-                    return "budget_exhausted", outcome.stop, None
+                    return LoopResult("budget_exhausted", outcome.stop)
 
-    def _no_tool_reply(self, reply: ModelReply) -> tuple[RunStatus, str | None, str | None]:
+    def _no_tool_reply(self, reply: ModelReply) -> LoopResult:
         """A reply without tool calls: a natural final only if it is a complete, non-empty text."""
         if reply.refusal:
-            return "failed", f"refusal: {reply.refusal[:200]}", None
+            return LoopResult("failed", f"refusal: {reply.refusal[:200]}")
         if reply.finish_reason == "length":
-            return "failed", "truncated: the reply hit the output cap (finish reason length)", None
+            return LoopResult("failed", "truncated: the reply hit the output cap (finish reason length)")
         if reply.finish_reason == "tool_calls":
-            return "failed", "dropped tool call: finish reason tool_calls but no tool call in the reply", None
+            return LoopResult("failed", "dropped tool call: finish reason tool_calls but no tool call in the reply")
         if not (reply.text or "").strip():
-            return "failed", f"empty reply (finish reason {reply.finish_reason})", None
+            return LoopResult("failed", f"empty reply (finish reason {reply.finish_reason})")
         if reply.finish_reason not in ("stop", None):
-            return "failed", f"reply ended with finish reason {reply.finish_reason}", None
+            return LoopResult("failed", f"reply ended with finish reason {reply.finish_reason}")
         if self.records_final:
             self.writer.final(reply.text or "", "text_reply")
-        return "completed", None, reply.text
+        return LoopResult("completed", final=reply.text)
 
     def _not_executed(self, calls: list[ToolCall], why: str) -> None:
         for call in calls:
@@ -309,20 +355,19 @@ class Loop:
         spec = next((t for t in self.tools if t.name == call.name), None)
         outcome: ToolOutcome
         if spec is None or call.name not in self.handlers:
-            outcome = ToolOutcome(f"Error: there is no tool named {call.name!r}.", error="unknown_tool")
+            outcome = ToolOutcome(f"Error: there is no tool named {call.name!r}.", error=ToolError.UNKNOWN_TOOL)
         elif call.arguments is None:
             outcome = ToolOutcome(
                 f"Error: the arguments of this {call.name} call are not a valid JSON object "
                 f"({call.parse_error or 'unparseable'}). Call the tool again with valid JSON arguments.",
-                error="malformed_arguments")
+                error=ToolError.MALFORMED_ARGUMENTS)
         else:
             problem = jsonschema.exceptions.best_match(self._validators[call.name].iter_errors(call.arguments))
             if problem is not None:
                 outcome = ToolOutcome(f"Error: invalid arguments for {call.name}: {problem.message}",
-                                      error="invalid_arguments")
+                                      error=ToolError.INVALID_ARGUMENTS)
             else:
                 outcome = await self.handlers[call.name](call.arguments)
-        self.setup.ledger.tool_calls += 1
         ev = self.writer.tool_call(call, outcome.text, outcome.error, outcome.request_text, self.role)
         if outcome.draft is not None:
             self.writer.draft(outcome.draft, ev.event_id)

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from draligned.executors.base import Loop, RunSetup, RunWriter, ToolOutcome, acquisition_handlers
+from draligned.executors.base import Executor, Loop, RunSetup, RunWriter, ToolOutcome, acquisition_handlers, harness_error
 from draligned.records import Message, RunRecord
 from draligned.tools.acquisition import AcquisitionTools, SearchBackend
 
 
-class H00Executor:
+class H00Executor(Executor):
     """One persistent context: system prompt, one user message, own history and raw tool returns."""
+
+    needs_sandbox = False
 
     def __init__(self, setup: RunSetup, backend: SearchBackend) -> None:
         self.setup = setup
@@ -34,7 +36,7 @@ class H00Executor:
                       Message(role="user", content=s.user_message)],
         )
         try:
-            status, reason, _ = await loop.run()
+            result = await loop.run()
         except Exception as exc:  # recorded, never silent: the run must not look like a report
-            status, reason = "failed", f"harness error: {type(exc).__name__}: {exc}"
-        return writer.finish(status, reason)
+            result = harness_error(exc)
+        return writer.finish(result.status, result.reason)

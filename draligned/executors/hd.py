@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import shutil
 
-from draligned.executors.base import Handler, Loop, ToolOutcome
+from draligned.executors.base import BudgetSpent, Handler, Loop, RunSetup, ToolOutcome
 from draligned.executors.hw import HWExecutor, Snapshotter, WorkspaceTools, refused
+from draligned.harness import ContractError
 from draligned.records import Message, ToolCallEvent, WorkerRun
 from draligned.sandbox import new_workspace, sandbox_uid
+from draligned.tools.acquisition import SearchBackend
 from draligned.tools.workspace import PathRefused, Workspace
 
 INPUTS = "inputs"
@@ -28,11 +30,13 @@ INPUTS = "inputs"
 class HDExecutor(HWExecutor):
     """The H-W root with delegate_batch."""
 
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        worker_role = next(r for r in self.contract.roles if r["role"] == "worker")
-        self.worker_prompt: str = worker_role["system_prompt"]
-        self.worker_tools = [t for t in self.contract.tools if t.name in worker_role["tools"]]
+    def __init__(self, setup: RunSetup, backend: SearchBackend) -> None:
+        super().__init__(setup, backend)
+        worker_role = self.contract.role("worker")
+        if worker_role.system_prompt is None:
+            raise ContractError(f"{setup.contract.path}: field roles: the worker role has no system_prompt")
+        self.worker_prompt = worker_role.system_prompt
+        self.worker_tools = [t for t in self.contract.tools if t.name in worker_role.tools]
         self.workers = 0
         self.pending: list[WorkerRun] | None = None
         self.scratch: list[Workspace] = []
@@ -66,7 +70,7 @@ class HDExecutor(HWExecutor):
                 index=i, count=len(tasks), status=run.status, reply=reply))
         self.pending = runs
         spent = not (ledger.can_call_model() and ledger.can_call_tool())
-        return ToolOutcome("\n\n".join(replies), stop="budget spent by delegated workers" if spent else None)
+        return ToolOutcome("\n\n".join(replies), stop=BudgetSpent.BY_WORKERS if spent else None)
 
     async def _worker(self, assignment: str, files: dict[str, str]) -> WorkerRun:
         """One fresh worker context over its own scratch workspace with read-only input copies."""
@@ -87,13 +91,14 @@ class HDExecutor(HWExecutor):
                     role=role, messages=[Message(role="system", content=self.worker_prompt),
                                          Message(role="user", content=task_text)],
                     after_tool=Snapshotter(self.writer, scratch, role, drafts=False,
-                                           max_mb=self.contract.limits["snapshot_mb"]),
+                                           max_mb=self.contract.workspace_limits().snapshot_mb),
                     records_final=False)
-        status, reason, reply = await loop.run()
+        result = await loop.run()
         archive = self.setup.archive
         return WorkerRun(
             worker=role, assignment_blob=archive.put_blob(assignment), input_files=list(files),
-            status=status, status_reason=reason, reply_blob=archive.put_blob(reply) if reply is not None else None,
+            status=result.status, status_reason=result.reason,
+            reply_blob=archive.put_blob(result.final) if result.final is not None else None,
             transcript_blob=archive.put_json_blob([m.model_dump(mode="json") for m in loop.messages]))
 
     def cleanup(self) -> None:

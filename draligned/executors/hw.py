@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import shutil
 
-from draligned.executors.base import Handler, Loop, RunSetup, RunWriter, ToolOutcome, acquisition_handlers
+from draligned.executors.base import (
+    Executor, Handler, Loop, RunSetup, RunWriter, ToolOutcome, acquisition_handlers, harness_error,
+)
 from draligned.harness import Contract
 from draligned.records import Message, RunRecord, ToolCallEvent
 from draligned.sandbox import SandboxLimits, new_workspace, run_in_sandbox, sandbox_uid
 from draligned.tools.acquisition import AcquisitionTools, SearchBackend
+from draligned.tools.errors import ToolError
 from draligned.tools.workspace import DELIVERABLE, PathRefused, Workspace
 
 STRUCTURAL_NOTICE = (
@@ -28,10 +31,11 @@ class WorkspaceTools:
     """search, read, shell, view_file, write_file and edit_file over one workspace (root or worker)."""
 
     def __init__(self, contract: Contract, backend: SearchBackend, workspace: Workspace) -> None:
-        self.acquisition = AcquisitionTools(backend, contract.limits)
+        limits = contract.workspace_limits()
+        self.acquisition = AcquisitionTools(backend, limits)
         self.workspace = workspace
-        self.limits = SandboxLimits.from_contract(contract.limits)
-        self.view_chars = contract.limits["view_chars"]
+        self.limits = SandboxLimits.from_contract(limits)
+        self.view_chars = limits.view_chars
         self.returns = contract.returns
 
     def handlers(self) -> dict[str, Handler]:
@@ -40,10 +44,10 @@ class WorkspaceTools:
 
     async def _shell(self, args: dict) -> ToolOutcome:
         if not args["command"].strip():
-            return ToolOutcome("Error: the command is empty.", error="empty_command")
+            return ToolOutcome("Error: the command is empty.", error=ToolError.EMPTY_COMMAND)
         result = await run_in_sandbox(self.workspace.root, ["/bin/sh", "-c", args["command"]], self.limits,
                                       read_only=self.workspace.read_only)
-        return ToolOutcome(result.render(self.limits), error="timeout" if result.timed_out else None)
+        return ToolOutcome(result.render(self.limits), error=ToolError.TIMEOUT if result.timed_out else None)
 
     async def _view_file(self, args: dict) -> ToolOutcome:
         try:
@@ -79,7 +83,7 @@ class WorkspaceTools:
 
 def refused(exc: PathRefused) -> ToolOutcome:
     """The tool error the agent receives for a refused path or file operation."""
-    return ToolOutcome(f"Error: {exc}", error="refused")
+    return ToolOutcome(f"Error: {exc}", error=ToolError.REFUSED)
 
 
 class Snapshotter:
@@ -108,7 +112,7 @@ class Snapshotter:
             self.writer.draft(current.decode("utf-8", "replace"), ev.event_id)
 
 
-class HWExecutor:
+class HWExecutor(Executor):
     """The H-W root context over a fresh workspace; subclasses add tools (H-D)."""
 
     needs_sandbox = True
@@ -121,7 +125,7 @@ class HWExecutor:
         self.workspace = Workspace(new_workspace(), owner=sandbox_uid())
         self.tools = WorkspaceTools(self.contract, backend, self.workspace)
         self.snapshot = Snapshotter(self.writer, self.workspace, "executor", drafts=True,
-                                    max_mb=self.contract.limits["snapshot_mb"])
+                                    max_mb=self.contract.workspace_limits().snapshot_mb)
 
     def handlers(self) -> dict[str, Handler]:
         return {**self.tools.handlers(), "submit_file": self._submit_file}
@@ -135,7 +139,7 @@ class HWExecutor:
         except PathRefused as exc:
             return refused(exc)
         if not text.strip():
-            return ToolOutcome(f"Error: {args['path']!r} is empty; nothing was submitted.", error="empty_file")
+            return ToolOutcome(f"Error: {args['path']!r} is empty; nothing was submitted.", error=ToolError.EMPTY_FILE)
         return ToolOutcome(self.contract.returns["submit_file"].format(path=args["path"]), final=text,
                            final_by="submit_file")
 
@@ -148,12 +152,12 @@ class HWExecutor:
                               Message(role="user", content=s.user_message)],
                     after_tool=self.after_tool)
         try:
-            status, reason, _ = await loop.run()
+            result = await loop.run()
         except Exception as exc:  # recorded, never silent: the run must not look like a report
-            status, reason = "failed", f"harness error: {type(exc).__name__}: {exc}"
+            result = harness_error(exc)
         finally:
             self.cleanup()
-        return self.writer.finish(status, reason)
+        return self.writer.finish(result.status, result.reason)
 
     def cleanup(self) -> None:
         """Remove the host workspace; its every state is already in the archive."""

@@ -9,7 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from pydantic import BaseModel, ConfigDict
+
 from draligned.tools.corpus import CorpusDocument, SearchHit, normalize_page_text, snippet
+from draligned.tools.errors import ToolError
 
 
 class SearchSpent(Exception):
@@ -27,31 +30,44 @@ class SearchBackend(Protocol):
     def page(self, url: str) -> CorpusDocument | None: ...
 
 
+class AcquisitionLimits(BaseModel):
+    """Caps of the acquisition tools (the ``limits`` every harness contract sets)."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    search_results: int
+    """Results a search returns at most."""
+    snippet_chars: int
+    """Characters of each search result's snippet."""
+    read_chars: int
+    """Characters of a page that read returns."""
+
+
 @dataclass(frozen=True)
 class ToolResult:
     """The text a tool returns to the agent, and the error it reports, if any."""
 
     text: str
-    error: str | None = None
+    error: ToolError | None = None
 
 
 class AcquisitionTools:
     """search/read over a backend with the contract's limits."""
 
-    def __init__(self, backend: SearchBackend, limits: dict[str, int]) -> None:
+    def __init__(self, backend: SearchBackend, limits: AcquisitionLimits) -> None:
         self.backend = backend
-        self.k = limits["search_results"]
-        self.snippet_chars = limits["snippet_chars"]
-        self.read_chars = limits["read_chars"]
+        self.k = limits.search_results
+        self.snippet_chars = limits.snippet_chars
+        self.read_chars = limits.read_chars
 
     def search(self, query: str) -> ToolResult:
         """Up to ``k`` results as numbered blocks of title, URL and snippet."""
         if not query.strip():
-            return ToolResult("Error: the search query is empty.", error="empty_query")
+            return ToolResult("Error: the search query is empty.", error=ToolError.EMPTY_QUERY)
         try:
             hits = self.backend.search(query, self.k)[: self.k]
         except SearchSpent as spent:
-            return ToolResult(str(spent), error="search_spent")
+            return ToolResult(str(spent), error=ToolError.SEARCH_SPENT)
         if not hits:
             return ToolResult("No results.")
         blocks = [
@@ -64,5 +80,5 @@ class AcquisitionTools:
         """The first ``read_chars`` characters of the page's normalized text."""
         doc = self.backend.page(url.strip())
         if doc is None:
-            return ToolResult(f"Error: could not open {url!r}: no such page.", error="unknown_url")
+            return ToolResult(f"Error: could not open {url!r}: no such page.", error=ToolError.UNKNOWN_URL)
         return ToolResult(normalize_page_text(doc)[: self.read_chars])
