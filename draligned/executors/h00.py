@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from draligned.executors.base import Executor, Loop, RunSetup, RunWriter, ToolOutcome, acquisition_handlers, harness_error
+from draligned.executors.base import (
+    Executor, Loop, RunSetup, RunWriter, ToolOutcome, acquisition_handlers, harness_error,
+)
 from draligned.records import Message, RunRecord
 from draligned.tools.acquisition import AcquisitionTools, SearchBackend
 
