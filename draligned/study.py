@@ -12,9 +12,11 @@ import tomllib
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from draligned.cards import LoadedCard, require_runnable
+from draligned.executors import UnknownHarness, executor_for
 from draligned.executors.base import Budget
 from draligned.harness import ContractError, LoadedContract, load_contract
 from draligned.hashing import sha256_bytes
@@ -26,6 +28,20 @@ from draligned.tools.pool_search import SearchSpec
 
 class StudyError(Exception):
     """A study file that cannot be run; the message names the file and field."""
+
+
+Loc = tuple[str | int, ...]
+
+
+def field_error(loc: Loc, message: str) -> ValidationError:
+    """A validation error of the study field at ``loc`` (e.g. ``("models", 0, "protocol")``) saying ``message``."""
+    kind = PydanticCustomError("study", "{message}", {"message": message})
+    return ValidationError.from_exception_data("study", [InitErrorDetails(type=kind, loc=loc, input=None)])
+
+
+def dotted(loc: Loc) -> str:
+    """A field location as the study errors name it: ``models[0].protocol``, ``budget.max_tokens``."""
+    return "".join(f"[{x}]" if isinstance(x, int) else f".{x}" for x in loc).lstrip(".")
 
 
 class StudySpec(BaseModel):
@@ -67,9 +83,38 @@ class StudySpec(BaseModel):
             raise ValueError("must be at least 1")
         return v
 
+    @model_validator(mode="after")
+    def _unique_model_names(self) -> StudySpec:
+        names = [m.name for m in self.models]
+        if len(set(names)) != len(names):
+            raise field_error(("models",), f"model names must be unique ({names})")
+        return self
+
+    @model_validator(mode="after")
+    def _known_protocols(self) -> StudySpec:
+        for i, m in enumerate(self.models):
+            if m.protocol not in PROTOCOLS:
+                raise field_error(("models", i, "protocol"), f"model {m.name!r}: unknown protocol {m.protocol!r} "
+                                                             f"(known: {', '.join(sorted(PROTOCOLS))})")
+        return self
+
+    @model_validator(mode="after")
+    def _positive_budget(self) -> StudySpec:
+        """Limits must be positive: a zero or negative limit ends every run before its first call."""
+        for key, value in self.budget.model_dump().items():
+            if value < 1:
+                raise field_error(("budget", key), f"must be at least 1 (got {value})")
+        return self
+
+    @model_validator(mode="after")
+    def _corpus_with_corpus_backend(self) -> StudySpec:
+        if self.search.backend == "corpus" and self.corpus is None:
+            raise field_error(("corpus",), "required with the corpus search backend")
+        return self
+
 
 class Study(BaseModel):
-    """A loaded study: the spec plus resolved paths and hashes."""
+    """A loaded study: the spec plus resolved paths and hashes; its validators check what needs the files."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
@@ -82,13 +127,57 @@ class Study(BaseModel):
     corpus_path: Path | None
     pool_paths: dict[str, Path] = {}
 
+    @model_validator(mode="after")
+    def _unique_card_ids(self) -> Study:
+        ids = [c.card.card_id for c in self.cards]
+        if len(set(ids)) != len(ids):
+            dup = sorted({i for i in ids if ids.count(i) > 1})
+            raise field_error(("cards",), f"card ids must be unique across files ({dup})")
+        return self
+
+    @model_validator(mode="after")
+    def _arms_apply(self) -> Study:
+        """A typo (or an arm no listed card has) would otherwise drop slots silently."""
+        if self.spec.arms == "all":
+            return self
+        known = {a for c in self.cards for a in c.card.arms()}
+        if unknown := [a for a in self.spec.arms if a not in known]:
+            raise field_error(("arms",), f"{unknown} is not an arm of any listed card (arms: {sorted(known)})")
+        if armless := [c.card.card_id for c in self.cards if not set(c.card.arms()) & set(self.spec.arms)]:
+            raise field_error(("arms",), f"no listed arm applies to card(s) {armless}")
+        return self
+
+    @model_validator(mode="after")
+    def _harnesses_have_executors(self) -> Study:
+        for i, h in enumerate(self.spec.harnesses):
+            try:
+                executor_for(h)
+            except UnknownHarness as exc:
+                raise field_error(("harnesses", i), f"{self.contracts[h].path}: {exc}") from None
+        return self
+
+    @model_validator(mode="after")
+    def _corpus_exists(self) -> Study:
+        if self.corpus_path is not None and not self.corpus_path.exists():
+            raise field_error(("corpus",), f"{self.corpus_path} does not exist")
+        return self
+
+    @model_validator(mode="after")
+    def _pool_per_card(self) -> Study:
+        if self.spec.search.backend != "pool":
+            return self
+        for lc in self.cards:
+            card = lc.card.card_id
+            if card not in self.pool_paths:
+                raise field_error(("search", "pools"), f"no pool file for card {card!r}")
+            if not self.pool_paths[card].exists():
+                raise field_error(("search", "pools", card), f"{self.pool_paths[card]} does not exist")
+        return self
+
     @property
     def cache_root(self) -> Path:
         """Where the replay cache lives."""
         return self.path.parent / self.spec.cache_dir if self.spec.cache_dir else self.archive_root / "cache"
-
-    def model_named(self, name: str) -> ModelDeclaration:
-        return next(m for m in self.spec.models if m.name == name)
 
     def slots(self, search_sha256: str) -> list[Slot]:
         """Every slot, in a deterministic order (card, seed, model, harness, search cell, arm)."""
@@ -109,72 +198,48 @@ class Study(BaseModel):
         return out
 
 
-def _check_budget(path: Path, budget: Budget) -> None:
-    """Limits must be positive: a zero or negative limit ends every run before its first call."""
-    for key, value in budget.model_dump().items():
-        if value < 1:
-            raise StudyError(f"{path}: field budget.{key}: must be at least 1 (got {value})")
+def _card_paths(spec: StudySpec, base: Path) -> list[Path]:
+    """The card files the spec's patterns name, in order, each once."""
+    card_paths: list[Path] = []
+    for pattern in spec.cards:
+        matches = [Path(m) for m in sorted(glob.glob(str(base / pattern))) if Path(m).name != "schema.json"]
+        if not matches:
+            raise field_error(("cards",), f"{pattern!r} matches no card file")
+        card_paths += matches
+    return list(dict.fromkeys(card_paths))
 
 
-def load_study(path: str | Path, archive_override: str | Path | None = None) -> Study:
-    """Parse, validate and resolve a study file. Cards must validate and be PASS."""
-    path = Path(path)
+def _contracts(spec: StudySpec) -> dict[str, LoadedContract]:
+    try:
+        return {h: load_contract(h) for h in spec.harnesses}
+    except ContractError as exc:
+        raise field_error(("harnesses",), str(exc)) from exc
+
+
+def _read(path: Path) -> tuple[bytes, dict]:
+    """The study file's bytes and TOML contents."""
     try:
         raw = path.read_bytes()
-        spec = StudySpec.model_validate(tomllib.loads(raw.decode("utf-8")))
+        return raw, tomllib.loads(raw.decode("utf-8"))
     except FileNotFoundError as exc:
         raise StudyError(f"{path}: no such study file") from exc
     except tomllib.TOMLDecodeError as exc:
         raise StudyError(f"{path}: invalid TOML: {exc}") from exc
+
+
+def load_study(path: str | Path, archive_override: str | Path | None = None) -> Study:
+    """Parse, validate and resolve a study file. Cards must validate and be PASS (CardError otherwise).
+    Every other problem is a StudyError ``<study file>: field <field>: <message>``."""
+    path = Path(path)
+    raw, data = _read(path)
+    base = path.parent
+    try:
+        spec = StudySpec.model_validate(data)
+        return Study(spec=spec, path=path, sha256=sha256_bytes(raw),
+                     cards=[require_runnable(p) for p in _card_paths(spec, base)], contracts=_contracts(spec),
+                     archive_root=Path(archive_override) if archive_override else base / spec.archive,
+                     corpus_path=None if spec.corpus is None else base / spec.corpus,
+                     pool_paths={card: base / p for card, p in spec.search.pools.items()})
     except ValidationError as exc:
         err = exc.errors()[0]
-        loc = ".".join(str(x) for x in err["loc"])
-        raise StudyError(f"{path}: field {loc}: {err['msg']}") from exc
-    base = path.parent
-    names = [m.name for m in spec.models]
-    if len(set(names)) != len(names):
-        raise StudyError(f"{path}: field models: model names must be unique ({names})")
-    for i, m in enumerate(spec.models):
-        if m.protocol not in PROTOCOLS:
-            raise StudyError(f"{path}: field models[{i}].protocol: model {m.name!r}: unknown protocol "
-                             f"{m.protocol!r} (known: {', '.join(sorted(PROTOCOLS))})")
-    _check_budget(path, spec.budget)
-    card_paths: list[Path] = []
-    for pattern in spec.cards:
-        matches = sorted(glob.glob(str(base / pattern)))
-        matches = [m for m in matches if Path(m).name != "schema.json"]
-        if not matches:
-            raise StudyError(f"{path}: field cards: {pattern!r} matches no card file")
-        card_paths += [Path(m) for m in matches]
-    cards = [require_runnable(p) for p in dict.fromkeys(card_paths)]
-    ids = [c.card.card_id for c in cards]
-    if len(set(ids)) != len(ids):
-        dup = sorted({i for i in ids if ids.count(i) > 1})
-        raise StudyError(f"{path}: field cards: card ids must be unique across files ({dup})")
-    if spec.arms != "all":
-        # A typo (or an arm no listed card has) would otherwise drop slots silently.
-        known = {a for c in cards for a in c.card.arms()}
-        if unknown := [a for a in spec.arms if a not in known]:
-            raise StudyError(f"{path}: field arms: {unknown} is not an arm of any listed card "
-                             f"(arms: {sorted(known)})")
-        if armless := [c.card.card_id for c in cards if not set(c.card.arms()) & set(spec.arms)]:
-            raise StudyError(f"{path}: field arms: no listed arm applies to card(s) {armless}")
-    try:
-        contracts = {h: load_contract(h) for h in spec.harnesses}
-    except ContractError as exc:
-        raise StudyError(f"{path}: field harnesses: {exc}") from exc
-    archive_root = Path(archive_override) if archive_override else base / spec.archive
-    corpus_path = None if spec.corpus is None else base / spec.corpus
-    if corpus_path is not None and not corpus_path.exists():
-        raise StudyError(f"{path}: field corpus: {corpus_path} does not exist")
-    if spec.search.backend == "corpus" and corpus_path is None:
-        raise StudyError(f"{path}: field corpus: required with the corpus search backend")
-    pool_paths = {card: base / p for card, p in spec.search.pools.items()}
-    if spec.search.backend == "pool":
-        for card in ids:
-            if card not in pool_paths:
-                raise StudyError(f"{path}: field search.pools: no pool file for card {card!r}")
-            if not pool_paths[card].exists():
-                raise StudyError(f"{path}: field search.pools.{card}: {pool_paths[card]} does not exist")
-    return Study(spec=spec, path=path, sha256=sha256_bytes(raw), cards=cards, contracts=contracts,
-                 archive_root=archive_root, corpus_path=corpus_path, pool_paths=pool_paths)
+        raise StudyError(f"{path}: field {dotted(err['loc'])}: {err['msg']}") from exc

@@ -9,6 +9,7 @@ import pytest
 
 from draligned.archive import Archive
 from draligned.cli import main
+from draligned.executors import EXECUTORS
 from draligned.models.sim import SIM_LABEL
 from draligned.records import ToolCallEvent
 from draligned.study import StudyError, load_study
@@ -143,3 +144,17 @@ def test_paper_families_example_parses_and_declares_table9_fields():
     assert fields["deepseek-off"]["thinking"] == {"type": "disabled"}
     assert all(f["max_output_tokens"] == 16000 and f["parallel_tool_calls"] is False for f in fields.values())
     assert len(study.slots("c" * 64)) == 5 * (3 * 2 + 4)
+
+
+def test_a_harness_needs_both_a_contract_and_an_executor(tmp_path, monkeypatch, capsys):
+    monkeypatch.delitem(EXECUTORS, "H-D")  # a contract file with no executor
+    path = write_study(tmp_path, ["travel_budget_en.json"], extra='harnesses = ["H00", "H-D"]')
+    with pytest.raises(StudyError, match=r"t.toml: field harnesses\[1\]: .*H-D.json: no executor for harness 'H-D' "
+                                         r"\(known: H-W, H00\)"):
+        load_study(path)
+    assert main(["run", str(path)]) == 2 and "field harnesses[1]" in capsys.readouterr().err
+    monkeypatch.setitem(EXECUTORS, "H-X", EXECUTORS["H00"])  # an executor with no contract file
+    path = write_study(tmp_path, ["travel_budget_en.json"], extra='harnesses = ["H-X"]')
+    with pytest.raises(StudyError, match=r"t.toml: field harnesses: .*no contract for harness 'H-X'"):
+        load_study(path)
+    assert main(["run", str(path)]) == 2 and "no contract for harness 'H-X'" in capsys.readouterr().err
