@@ -9,7 +9,6 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from draligned.hashing import sha256_bytes
 from draligned.records import ToolSpec
-from draligned.tools.acquisition import AcquisitionLimits
 
 HARNESS_DIR = Path(__file__).resolve().parent.parent / "harnesses"
 
@@ -31,7 +30,20 @@ class Role(BaseModel):
     """System message of this context; None for the executor, whose prompt is the contract's."""
 
 
-class WorkspaceLimits(AcquisitionLimits):
+class Limits(BaseModel):
+    """Caps of the acquisition tools every harness offers."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    search_results: int
+    """Results a search returns at most."""
+    snippet_chars: int
+    """Characters of each search result's snippet."""
+    read_chars: int
+    """Characters of a page that read returns."""
+
+
+class WorkspaceLimits(Limits):
     """Caps of a workspace harness (H-W, H-D): the acquisition caps plus file, shell and snapshot caps."""
 
     view_chars: int
@@ -73,7 +85,7 @@ class Contract(BaseModel):
     """System message text sent to the executor."""
     tools: list[ToolSpec]
     """Tools with their JSON Schemas, in the order sent."""
-    limits: WorkspaceLimits | AcquisitionLimits
+    limits: WorkspaceLimits | Limits
     """Numeric limits of tool returns: the acquisition caps, plus the workspace caps in H-W and H-D."""
     returns: dict[str, str]
     """Fixed return texts of tools (e.g. "Draft saved.")."""

@@ -9,8 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from pydantic import BaseModel, ConfigDict
-
 from draligned.tools.corpus import CorpusDocument, SearchHit, normalize_page_text, snippet
 from draligned.tools.errors import ToolError
 
@@ -30,17 +28,12 @@ class SearchBackend(Protocol):
     def page(self, url: str) -> CorpusDocument | None: ...
 
 
-class AcquisitionLimits(BaseModel):
-    """Caps of the acquisition tools (the ``limits`` every harness contract sets)."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+class AcquisitionLimits(Protocol):
+    """The caps the acquisition tools read from a harness contract's limits (``harness.Limits``)."""
 
     search_results: int
-    """Results a search returns at most."""
     snippet_chars: int
-    """Characters of each search result's snippet."""
     read_chars: int
-    """Characters of a page that read returns."""
 
 
 @dataclass(frozen=True)
