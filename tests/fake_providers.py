@@ -226,7 +226,7 @@ class FakeProvider:
         root = f"http://127.0.0.1:{self.server.server_address[1]}"
         return root if self.protocol == "anthropic" else root + "/v1"
 
-    def __enter__(self) -> "FakeProvider":
+    def __enter__(self) -> FakeProvider:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         return self
 
@@ -235,7 +235,7 @@ class FakeProvider:
         self.server.server_close()
 
 
-def provider_study(tmp: Path, providers: dict[str, "FakeProvider"], cards: tuple[str, ...] = ("travel_budget_en.json",),
+def provider_study(tmp: Path, providers: dict[str, FakeProvider], cards: tuple[str, ...] = ("travel_budget_en.json",),
                    model_extra: str = "", study_extra: str = "", seeds: int = 1, key_env: str = "FAKE_PROVIDER_KEY",
                    retry: dict[str, float] | None = None) -> Path:
     """A study TOML over demo cards with one model per fake provider (named after its protocol)."""

@@ -3,18 +3,18 @@
 Written from the public wire formats, not from ``tests/fake_providers.py`` nor from the
 provider code, as a stand-in for the checker's servers: one ``WireServer`` speaks one
 protocol (``openai-chat``, ``openai-responses`` or ``anthropic``) and answers from a
-*fault plan* (by global request number: an HTTP error status whose message quotes the
-credential sent, with extra headers such as Retry-After; 502, a proxy's HTML page; -1, a
-hang-up with no response; or 0, a stall of ``{"seconds": s}`` before a normal answer) and a *turn plan* (what the agent says,
-chosen by how many tool results the request already carries, so every run sees the same
+*fault plan* (by global request number: an HTTP error status whose message quotes the credential
+sent, with extra headers such as Retry-After; 502, a proxy's HTML page; -1, a hang-up with no
+response; or 0, a stall of ``{"seconds": s}`` before a normal answer) and a *turn plan* (what the
+agent says, chosen by how many tool results the request already carries, so every run sees the same
 conversation whatever the interleaving of concurrent runs).
 
-Turn kinds: ``malformed`` (a search call whose arguments are ``{}""``), ``split`` (one search
-call whose JSON arguments are spread over two choices / content blocks / output items, plus
-a text part), ``split_ids`` (a search call announced with no arguments in one part and
-repeated under the same id with its arguments in the next), ``two`` (write_report and submit_report in one reply), ``submit``, ``dropped``
-(a tool-call finish with no tool call), ``length`` (truncated by the output cap), ``empty``
-(a "successful" reply with nothing in it), ``refusal``.
+Turn kinds: ``malformed`` (a search call whose arguments are ``{}""``), ``split`` (one search call
+whose JSON arguments are spread over two choices / content blocks / output items, plus a text part),
+``split_ids`` (a search call announced with no arguments in one part and repeated under the same id
+with its arguments in the next), ``two`` (write_report and submit_report in one reply), ``submit``,
+``dropped`` (a tool-call finish with no tool call), ``length`` (truncated by the output cap),
+``empty`` (a "successful" reply with nothing in it), ``refusal``.
 """
 
 from __future__ import annotations
@@ -59,7 +59,8 @@ class WireServer:
                 body = json.loads(raw or b"{}")
                 with server.lock:
                     number = len(server.log)
-                    server.log.append({"path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()}, "body": body})
+                    headers = {k.lower(): v for k, v in self.headers.items()}
+                    server.log.append({"path": self.path, "headers": headers, "body": body})
                 fault = server.always or server.faults.get(number)
                 if fault is not None and fault[0] == 0:  # a stall: answer normally, but too late
                     time.sleep(float(fault[1]["seconds"]))

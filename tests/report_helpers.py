@@ -3,7 +3,6 @@ report's adapters expect (``states_source`` and ``cess_source``)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 
 import duckdb

@@ -109,7 +109,7 @@ def test_process_request_readout_next_to_final_and_counts():
 
 
 def test_consistency_recurs_across_settings():
-    runs = [run(rid, arm, model=f"m{i // 2 + 1}") for i, (rid, arm) in enumerate(zip("abcdef", "PQPQPQ"))]
+    runs = [run(rid, arm, model=f"m{i // 2 + 1}") for i, (rid, arm) in enumerate(zip("abcdef", "PQPQPQ", strict=True))]
     states = [st("a", "final", "OWN"), st("b", "final", "OWN"), st("c", "final", "OWN"), st("d", "final", "OTHER"),
               st("e", "final", "UNKNOWN")]
     by_setting, by_card = recurrence(build_pairs(runs, REPO_CARDS, PLAN), StateIndex(states), PLAN)

@@ -13,7 +13,14 @@ from draligned.cli import main
 from draligned.models import ModelDeclaration, ModelError, get_model
 from draligned.models.cache import cache_key
 from draligned.records import (
-    FinalEvent, Message, ModelAttemptEvent, ModelCallEvent, NoticeEvent, RunRecord, ToolCallEvent, ToolSpec,
+    FinalEvent,
+    Message,
+    ModelAttemptEvent,
+    ModelCallEvent,
+    NoticeEvent,
+    RunRecord,
+    ToolCallEvent,
+    ToolSpec,
 )
 from tests.fake_providers import Error, FakeProvider, Raw, Slow, Wire, provider_study
 
@@ -63,8 +70,8 @@ def test_tool_call_split_into_fragments_is_merged_in_order(tmp_path, protocol):
 
 def test_wrong_base_url_fails_fast_with_a_hint(tmp_path):
     with FakeProvider("anthropic") as fp:
-        model = get_model(ModelDeclaration(name="claude", protocol="anthropic", model="id", api_key_env="FAKE_PROVIDER_KEY",
-                                           base_url=fp.base_url + "/v1"))
+        model = get_model(ModelDeclaration(name="claude", protocol="anthropic", model="id",
+                                           api_key_env="FAKE_PROVIDER_KEY", base_url=fp.base_url + "/v1"))
         with pytest.raises(ModelError, match="model 'claude'.*HTTP 404.*check base_url"):
             asyncio.run(model.generate([Message(role="user", content="Hi")], [], 0))
         assert len(fp.log) == 1
@@ -187,7 +194,8 @@ def test_request_fields_map_to_each_wire_format_and_extras_pass_through():
     # An explicit timeout is always given, so the SDK does not refuse a large non-streaming max_tokens.
     anth = _body_sent("anthropic", request={"thinking": {"type": "disabled"}, "max_output_tokens": 32000})
     assert anth["system"] == "SYS" and anth["messages"] == [{"role": "user", "content": "Hi"}]
-    assert anth["max_tokens"] == 32000 and anth["thinking"] == {"type": "disabled"} and anth["tool_choice"]["disable_parallel_tool_use"] is True
+    assert anth["max_tokens"] == 32000 and anth["thinking"] == {"type": "disabled"}
+    assert anth["tool_choice"]["disable_parallel_tool_use"] is True
     assert anth["tools"][0]["input_schema"] == {"type": "object"} and "parallel_tool_calls" not in anth
 
 
@@ -223,5 +231,6 @@ def test_price_bills_cached_prompt_tokens_at_their_own_rate():
     from draligned.models.pricing import Price
     from draligned.records import Usage
     usage = Usage(input_tokens=1000, output_tokens=100, reasoning_tokens=30, cached_tokens=400)
-    assert Price(input=2.0, output=8.0, cached_input=0.5).cost(usage) == pytest.approx((600 * 2 + 400 * 0.5 + 100 * 8) / 1e6)
+    expected = (600 * 2 + 400 * 0.5 + 100 * 8) / 1e6
+    assert Price(input=2.0, output=8.0, cached_input=0.5).cost(usage) == pytest.approx(expected)
     assert Price(input=2.0, output=8.0).cost(usage) == pytest.approx((1000 * 2 + 100 * 8) / 1e6)

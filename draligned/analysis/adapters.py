@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 
 import duckdb
 
+from draligned.analysis.rows import RunRow, RunTexts, ToolReturn
 from draligned.archive import Archive
 from draligned.cards import Card
 from draligned.hashing import sha256_text
-from draligned.analysis.rows import RunRow, RunTexts, ToolReturn
 
 RUNS_SQL = """
 SELECT r.run_id, r.attempt, r.slot_id, r.study, r.card_id, r.card_sha256, r.arm, r.model, r.harness,
@@ -46,13 +46,14 @@ class QueryLog:
 
 def load_runs(con: duckdb.DuckDBPyConnection, log: QueryLog) -> list[RunRow]:
     """Every run attempt in the index (started markers of interrupted runs included)."""
-    return [RunRow(**dict(zip(RunRow.model_fields, row))) for row in log.run(con, RUNS_SQL)]
+    # strict=False: RunRow's last field, search_cell, is no column of RUNS_SQL (with_search_cells sets it).
+    return [RunRow(**dict(zip(RunRow.model_fields, row, strict=False))) for row in log.run(con, RUNS_SQL)]
 
 
 def with_search_cells(archive: Archive, runs: list[RunRow]) -> list[RunRow]:
     """The runs with their pool-search cell, read from each run's slot in its record (finished or
     started marker), so a pool run pairs within its cell even when it has no ``cess_runs`` row."""
-    cells = {}
+    cells: dict[str, str] = {}
     for rec in archive.records() + archive.started():
         c = rec.slot.search_condition
         cells.setdefault(rec.run_id, f"{c.selection}/{c.stopping}/{c.ranking}" if c is not None else "")

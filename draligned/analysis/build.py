@@ -6,10 +6,27 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from draligned.analysis import (agreement, cess_side, consistency, coverage, interventions, matrices, process,
-                                provenance, retention)
-from draligned.analysis.adapters import (RUNS_SQL, TEXT_EVENTS_SQL, QueryLog, archive_sha256, load_cards,
-                                         load_runs, load_texts, with_search_cells)
+from draligned.analysis import (
+    agreement,
+    cess_side,
+    consistency,
+    coverage,
+    interventions,
+    matrices,
+    process,
+    provenance,
+    retention,
+)
+from draligned.analysis.adapters import (
+    RUNS_SQL,
+    TEXT_EVENTS_SQL,
+    QueryLog,
+    archive_sha256,
+    load_cards,
+    load_runs,
+    load_texts,
+    with_search_cells,
+)
 from draligned.analysis.cess_source import CESS_SQL, INTERVENTIONS_SQL, load_cess, load_interventions
 from draligned.analysis.pairs import StateIndex, build_pairs, finished_runs, in_subset
 from draligned.analysis.plan import LoadedPlan
@@ -17,7 +34,6 @@ from draligned.analysis.states_source import STATES_SQL, load_states
 from draligned.analysis.table import Table
 from draligned.archive import Archive
 from draligned.archive.index import connect
-
 
 _STATE_TABLES = ("coverage_states", "pair_matrix", "pair_summary", "retention_flows", "retention_summary",
                  "request_vs_final", "searched_alternative", "state_distribution", "consistency_settings",

@@ -36,7 +36,7 @@ def cluster_bootstrap(values: list[float], clusters: list[str], cfg: Cess) -> In
     if not values:
         return Interval(n=0, mean=None, low=None, high=None)
     ids = sorted(set(clusters))
-    groups = [np.array([v for v, c in zip(values, clusters) if c == i]) for i in ids]
+    groups = [np.array([v for v, c in zip(values, clusters, strict=True) if c == i]) for i in ids]
     sums, sizes = np.array([g.sum() for g in groups]), np.array([len(g) for g in groups])
     rng = np.random.default_rng(cfg.seed)
     draws = rng.integers(0, len(ids), size=(cfg.bootstrap, len(ids)))
@@ -60,11 +60,12 @@ def cess_by_arm(runs: list[RunRow], cess: dict[str, CessRow]) -> Table:
     for key, rs in sorted(groups.items()):
         got = [cess[r.run_id] for r in rs if r.run_id in cess]
         points = [c.estimate for c in got if c.estimate is not None]
-        ivs = [c for c in got if c.estimate is None and c.interval_low is not None]
+        ivs = [(c.interval_low, c.interval_high) for c in got
+               if c.estimate is None and c.interval_low is not None and c.interval_high is not None]
         rows.append(list(key) + [len(rs), len(got), _r(mean(c.opened_mean for c in got)) if got else None,
                                  len(points), _r(mean(points)) if points else None, len(ivs),
-                                 _r(mean(c.interval_low for c in ivs)) if ivs else None,
-                                 _r(mean(c.interval_high for c in ivs)) if ivs else None])
+                                 _r(mean(low for low, _ in ivs)) if ivs else None,
+                                 _r(mean(high for _, high in ivs)) if ivs else None])
     has_data = any(r[6] for r in rows)
     return Table(
         name="cess_by_arm", title="Opened Mean and CESS per arm (different estimands)",
@@ -80,27 +81,27 @@ def cess_by_arm(runs: list[RunRow], cess: dict[str, CessRow]) -> Table:
 def cess_by_pair(pairs: list[Pair], cess: dict[str, CessRow], cfg: Cess) -> Table:
     """Per comparison and search cell: Opened Mean difference next to the CESS difference, with
     cluster-bootstrap CIs."""
-    by_comp: dict[tuple[str, str], list[Pair]] = {}
+    by_comp: dict[tuple[str, str], list[tuple[Pair, CessRow, CessRow]]] = {}
     for p in pairs:
         if p.run_a and p.run_b and p.run_a.run_id in cess and p.run_b.run_id in cess:
-            by_comp.setdefault((p.comparison, p.search_cell), []).append(p)
+            arms = (cess[p.run_a.run_id], cess[p.run_b.run_id])
+            by_comp.setdefault((p.comparison, p.search_cell), []).append((p, *arms))
     rows = []
     for (comp, search_cell), ps in sorted(by_comp.items()):
         def cluster(p: Pair) -> str:
             return p.card_id if cfg.cluster == "card" else f"{p.card_id}/{p.model}/{p.harness}/{p.seed}/{p.axis}"
-        om = cluster_bootstrap([cess[p.run_b.run_id].opened_mean - cess[p.run_a.run_id].opened_mean for p in ps],
-                               [cluster(p) for p in ps], cfg)
-        pts = [p for p in ps if cess[p.run_a.run_id].estimate is not None and cess[p.run_b.run_id].estimate is not None]
-        ce = cluster_bootstrap([cess[p.run_b.run_id].estimate - cess[p.run_a.run_id].estimate for p in pts],
-                               [cluster(p) for p in pts], cfg)
-        rows.append([comp, search_cell, om.n, om.mean, om.low, om.high, ce.n, ce.mean, ce.low, ce.high, len(ps) - len(pts)])
+        om = cluster_bootstrap([b.opened_mean - a.opened_mean for _, a, b in ps], [cluster(p) for p, _, _ in ps], cfg)
+        pts = [(p, b.estimate - a.estimate) for p, a, b in ps if a.estimate is not None and b.estimate is not None]
+        ce = cluster_bootstrap([d for _, d in pts], [cluster(p) for p, _ in pts], cfg)
+        rows.append([comp, search_cell, om.n, om.mean, om.low, om.high, ce.n, ce.mean, ce.low, ce.high,
+                     len(ps) - len(pts)])
     level = round(cfg.confidence * 100)
     return Table(
         name="cess_by_pair", title=f"Arm difference (b - a): Opened Mean next to CESS, {level}% cluster-bootstrap CIs",
         note=f"Pairs with CESS rows for both arms. CESS difference only over pairs where both arms have a point "
              f"estimate (pairs_interval_only counts the rest). Clusters: {cfg.cluster}; {cfg.bootstrap} "
              f"replicates, seed {cfg.seed}. The two differences are different estimands.",
-        columns=["comparison", "search_cell", "om_pairs", "om_diff", "om_low", "om_high", "cess_pairs", "cess_diff", "cess_low",
-                 "cess_high", "pairs_interval_only"],
+        columns=["comparison", "search_cell", "om_pairs", "om_diff", "om_low", "om_high", "cess_pairs", "cess_diff",
+                 "cess_low", "cess_high", "pairs_interval_only"],
         rows=rows, computed_by="draligned.analysis.cess_side.cess_by_pair",
         empty_reason=None if rows else "no pair has CESS estimates for both arms")

@@ -25,7 +25,7 @@ ORDER BY run_id
 
 def load_cess(con: duckdb.DuckDBPyConnection, log: QueryLog) -> list[CessRow]:
     """Per-run CESS rows; [] for an archive without pool runs."""
-    return [CessRow(**dict(zip(CessRow.model_fields, row))) for row in log.run(con, CESS_SQL, [])]
+    return [CessRow(**dict(zip(CessRow.model_fields, row, strict=True))) for row in log.run(con, CESS_SQL, [])]
 
 
 INTERVENTIONS_SQL = """
@@ -52,6 +52,7 @@ def load_interventions(con: duckdb.DuckDBPyConnection, log: QueryLog,
     for row in log.run(con, INTERVENTIONS_SQL, []):
         labels, values = row[:4], row[4:]
         if subset is None or all(not allowed or value in allowed for value, allowed in
-                                 zip(labels, (subset.studies, subset.cards, subset.models, subset.harnesses))):
-            out.append(InterventionRow(**dict(zip(InterventionRow.model_fields, values))))
+                                 zip(labels, (subset.studies, subset.cards, subset.models, subset.harnesses),
+                                     strict=True)):
+            out.append(InterventionRow(**dict(zip(InterventionRow.model_fields, values, strict=True))))
     return out

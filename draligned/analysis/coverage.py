@@ -49,8 +49,8 @@ def pair_coverage(pairs: list[Pair]) -> Table:
         t["missing_b"] += p.run_b is None
     return Table(
         name="coverage_pairs", title="Pairs formed per comparison",
-        note="Denominator: (study, card, model, harness, seed, pool-search cell) cells with any run, times the comparisons "
-             "the card defines and the plan includes.",
+        note="Denominator: (study, card, model, harness, seed, pool-search cell) cells with any run, times the "
+             "comparisons the card defines and the plan includes.",
         columns=["comparison", "pairs", "both_runs", "both_runs_share", "missing_arm_a", "missing_arm_b"],
         rows=[[k, t["pairs"], t["both_runs"], share(t["both_runs"], t["pairs"]), t["missing_a"], t["missing_b"]]
               for k, t in sorted(c.items())],

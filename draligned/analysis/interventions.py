@@ -10,10 +10,9 @@ effects of changing the policy, a different estimand from a CESS contrast.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from typing import Literal
-
-import dataclasses
 
 import numpy as np
 
@@ -64,7 +63,8 @@ def block_effects(rows: list[InterventionRow]) -> tuple[dict[tuple[str, int], di
         if len(c) < 4:
             incomplete += 1
             continue
-        effects = metrics.intervention_effects(c[0, 0], c[1, 0], c[0, 1], c[1, 1])
+        theta = [np.asarray(c[cell]) for cell in ((0, 0), (1, 0), (0, 1), (1, 1))]
+        effects = metrics.intervention_effects(*theta)
         out[key] = {k: float(v) for k, v in dataclasses.asdict(effects).items()}
     return out, incomplete
 
@@ -96,7 +96,8 @@ def intervention_effects(rows: list[InterventionRow], cfg: Cess) -> Table:
     return Table(
         name="cess_interventions", title="2x2 intervention effects on the Opened Mean (CESS paper Eq. 4)",
         note="Blocks: (task, replicate) with all four cells; incomplete blocks are counted, not used. CIs: "
-             f"{round(cfg.confidence * 100)}% task-cluster bootstrap. ICC(1,k) across replicates (negative, even far below 0, when replicates vary more within tasks than between them). Effects of "
+             f"{round(cfg.confidence * 100)}% task-cluster bootstrap. ICC(1,k) across replicates (negative, "
+             "even far below 0, when replicates vary more within tasks than between them). Effects of "
              "changing the search policy: a different estimand from a CESS contrast.",
         columns=["effect", "blocks", "mean", "low", "high", "icc", "icc_k", "icc_tasks", "icc_undefined",
                  "incomplete_blocks"],

@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Iterator
 
 from draligned.analysis.pairs import Pair, StateIndex
-from draligned.analysis.plan import Plan
+from draligned.analysis.plan import PhaseSpec, Plan
 from draligned.analysis.rows import ABSENT, DIRECTIONAL, UNDEFINED_REQUESTS
 from draligned.analysis.table import Table, share
 
@@ -26,7 +26,7 @@ def _groups(pair: Pair) -> Iterator[tuple[str, str]]:
     yield "harness", pair.harness
 
 
-def pair_states(pairs: list[Pair], index: StateIndex, phase: str) -> list[tuple[Pair, str, str]]:
+def pair_states(pairs: list[Pair], index: StateIndex, phase: PhaseSpec) -> list[tuple[Pair, str, str]]:
     """(pair, state of arm a, state of arm b) at a phase."""
     return [(p, index.state(p.run_a, phase, p.axis), index.state(p.run_b, phase, p.axis)) for p in pairs]
 
@@ -75,7 +75,8 @@ def pair_matrices(pairs: list[Pair], indexes: dict[str, StateIndex], plan: Plan)
     summary = Table(
         name="pair_summary", title="Pair matrices: distinguished, coinciding, unknown, absent, undefined requests",
         note="Denominator: pairs in the group. both_own = both arms OWN (conditions distinguished); "
-             "coincide = the same directional state (OWN/OTHER/BOTH/NONE) in both arms; either_unknown = at least one UNKNOWN; either_absent = at least "
+             "coincide = the same directional state (OWN/OTHER/BOTH/NONE) in both arms; either_unknown = at "
+             "least one UNKNOWN; either_absent = at least "
              "one of NO_RUN, NOT_READ, NO_DOCUMENT, MISSING; either_undefined = at least one request readout "
              "NO_REQUEST or UNDEFINED (no request / none identified; missing, never NONE).",
         columns=keys + ["pairs", "both_own", "both_own_share", "coincide", "coincide_share",

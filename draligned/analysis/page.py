@@ -58,7 +58,7 @@ def _table(t: Table, stamp: str, shown: int) -> str:
     else:
         rows, note = t.shown_rows(shown)
         head = "".join(f"<th>{html.escape(c)}</th>" for c in t.columns)
-        body = "".join("<tr>" + "".join(_cell(c, v) for c, v in zip(t.columns, r)) + "</tr>" for r in rows)
+        body = "".join("<tr>" + "".join(_cell(c, v) for c, v in zip(t.columns, r, strict=True)) + "</tr>" for r in rows)
         parts.append(f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>')
         if note:
             parts.append(f'<p class="note">{html.escape(note)}.</p>')

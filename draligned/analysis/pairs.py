@@ -8,7 +8,7 @@ run. Every absent state has its own name (``rows.ABSENT``): nothing is dropped s
 
 from __future__ import annotations
 
-from draligned.analysis.plan import Plan, PhaseSpec
+from draligned.analysis.plan import PhaseSpec, Plan
 from draligned.analysis.rows import Row, RunRow, StateRow
 from draligned.cards import Card, comparisons
 from draligned.records import FINISHED

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 
 import matplotlib
 
@@ -61,7 +62,7 @@ def _heat(ax: plt.Axes, counts: Counter, rows: list[str], cols: list[str], xlabe
                 ax.text(j, i, str(v), ha="center", va="center", color="white" if v > top / 2 else "#1d3557")
 
 
-def pair_heatmaps(matrix: Table | None, evaluator: str, comparisons: list[str]) -> bytes:
+def pair_heatmaps(matrix: Table | None, evaluator: str, comparisons: Sequence[str]) -> bytes:
     """One heatmap per phase: arm a state x arm b state over the primary comparisons."""
     recs = [r for r in (matrix.records() if matrix else []) if r["evaluator"] == evaluator
             and r["group_by"] == "all" and r["comparison"] in comparisons]
@@ -72,7 +73,7 @@ def pair_heatmaps(matrix: Table | None, evaluator: str, comparisons: list[str]) 
     axes_states = _ordered({r["state_a"] for r in recs if r["phase"] in docs} | {r["state_b"] for r in recs
                                                                               if r["phase"] in docs})
     fig, axes = plt.subplots(1, len(phases), figsize=(3.3 * len(phases), 3.6), squeeze=False)
-    for ax, phase in zip(axes[0], phases):
+    for ax, phase in zip(axes[0], phases, strict=True):
         c: Counter = Counter()
         for r in recs:
             if r["phase"] == phase:
@@ -99,7 +100,7 @@ def state_distribution(dist: Table | None) -> bytes:
     for s in states:
         vals = [bars[b][s] / sum(bars[b].values()) for b in labels]
         ax.barh(labels, vals, left=left, color=COLORS.get(s, "#adb5bd"), label=s, edgecolor="white")
-        left = [a + v for a, v in zip(left, vals)]
+        left = [a + v for a, v in zip(left, vals, strict=True)]
     ax.set_xlim(0, 1)
     ax.set_xlabel("share of runs")
     ax.legend(ncol=min(len(states), 6), loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)

@@ -40,7 +40,7 @@ def return_units(ret: ToolReturn) -> list[Unit]:
     if ret.tool == "read":
         return [Unit(kind="page_read", url=(ret.request_text or "").strip() or None, text=ret.text)]
     starts = [m.start() for m in _BLOCK.finditer(ret.text)]
-    blocks = [ret.text[a:b] for a, b in zip(starts, starts[1:] + [len(ret.text)])]
+    blocks = [ret.text[a:b] for a, b in zip(starts, starts[1:] + [len(ret.text)], strict=True)]
     return [Unit(kind="search_result", url=(m.group(1) if (m := _URL.search(b)) else None), text=b) for b in blocks]
 
 

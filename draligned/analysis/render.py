@@ -11,8 +11,8 @@ import duckdb
 
 from draligned.analysis import plots
 from draligned.analysis.build import Report
-from draligned.analysis.plan import Plan
 from draligned.analysis.page import render_html
+from draligned.analysis.plan import Plan
 from draligned.analysis.table import Table, fmt
 
 SHOWN_ROWS = 40
@@ -55,7 +55,7 @@ def export_tables(report: Report, out: Path) -> None:
             if table.rows:
                 con.executemany(f'INSERT INTO "{name}" VALUES ({", ".join("?" * len(table.columns))})',
                                 [[str(v) if t.endswith("VARCHAR") and v is not None else v
-                                  for v, t in zip(r, cols)] for r in table.rows])
+                                  for v, t in zip(r, cols, strict=True)] for r in table.rows])
             ident = report.identity
             meta = ", ".join(f"{k}: '{str(v).replace(chr(39), chr(39) * 2)}'" for k, v in (
                 ("plan_sha256", ident.plan_sha256), ("evaluator_id", ident.evaluator_id),

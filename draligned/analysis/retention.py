@@ -14,7 +14,7 @@ import re
 from collections import Counter
 
 from draligned.analysis.pairs import Pair, StateIndex
-from draligned.analysis.plan import Plan
+from draligned.analysis.plan import PhaseSpec, Plan
 from draligned.analysis.rows import DIRECTIONAL, RunRow, RunTexts
 from draligned.analysis.table import Table, share
 
@@ -41,7 +41,7 @@ def _arm_runs(pairs: list[Pair]) -> list[tuple[Pair, RunRow]]:
 
 def direction_retention(pairs: list[Pair], index: StateIndex, plan: Plan) -> tuple[Table, Table]:
     """Draft->final state transitions per run, and kept shares per comparison among readable runs."""
-    draft = f"draft:{plan.retention.draft}"
+    draft: PhaseSpec = "draft:first" if plan.retention.draft == "first" else "draft:last"
     flows: Counter[tuple] = Counter()
     summary: dict[tuple, Counter[str]] = {}
     for pair, run in _arm_runs(pairs):

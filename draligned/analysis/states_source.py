@@ -3,8 +3,8 @@
 Expected: the ``states`` table that issue 5 adds to the archive's ``index.duckdb``
 (``draligned/evaluator/index.py`` on branch issue-5, as of this writing): one row per evaluator,
 run, phase, document and axis, with columns ``evaluator_id, run_id, phase, document, axis_id,
-state, reason`` (plus card_id, arm, seed, assigned, label, which the report takes from ``runs``). When the table does not exist the
-report says "no evaluator reads in this archive" instead of inventing states.
+state, reason`` (plus card_id, arm, seed, assigned, label, which the report takes from ``runs``). When the
+table does not exist the report says "no evaluator reads in this archive" instead of inventing states.
 """
 
 from __future__ import annotations
@@ -22,13 +22,13 @@ FROM states WHERE evaluator_id = ? ORDER BY run_id, phase, document, axis_id
 
 def has_states(con: duckdb.DuckDBPyConnection) -> bool:
     """Whether the index holds a states table at all."""
-    return bool(con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'states'")
-                .fetchone()[0])
+    row = con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'states'").fetchone()
+    return bool(row and row[0])
 
 
 def load_states(con: duckdb.DuckDBPyConnection, evaluator_id: str, log: QueryLog) -> list[StateRow]:
     """States of one evaluator; [] when the archive has no states table."""
     if not has_states(con):
         return []
-    return [StateRow(**dict(zip(StateRow.model_fields, row)))
+    return [StateRow(**dict(zip(StateRow.model_fields, row, strict=True)))
             for row in log.run(con, STATES_SQL, [evaluator_id])]

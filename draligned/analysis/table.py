@@ -46,7 +46,7 @@ class Table(BaseModel):
 
     def records(self) -> list[dict[str, Any]]:
         """Rows as dicts."""
-        return [dict(zip(self.columns, r)) for r in self.rows]
+        return [dict(zip(self.columns, r, strict=True)) for r in self.rows]
 
 
 def share(n: int, d: int) -> float | None:

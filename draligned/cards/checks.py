@@ -19,8 +19,20 @@ from typing import Any, cast
 from pydantic import BaseModel, ValidationError
 
 from draligned.cards.model import (
-    _TAG, CORE_MIN_CHARS, ByArmSlot, Card, Comparison, FactorSlot, FactorsSlot, Issue, Piece, Renders,
-    SourceSlot, _render, comparisons, parse_template,
+    _TAG,
+    CORE_MIN_CHARS,
+    ByArmSlot,
+    Card,
+    Comparison,
+    FactorSlot,
+    FactorsSlot,
+    Issue,
+    Piece,
+    Renders,
+    SourceSlot,
+    _render,
+    comparisons,
+    parse_template,
 )
 from draligned.hashing import sha256_bytes
 
@@ -162,7 +174,7 @@ def _uncovered(lo: int, hi: int, spans: list[tuple[int, int]]) -> int | None:
 def _outside(text: str, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """The (start, end) segments of ``text`` between sorted, disjoint ``spans``."""
     bounds = [0] + [x for span in sorted(spans) for x in span] + [len(text)]
-    return list(zip(bounds[::2], bounds[1::2]))
+    return list(zip(bounds[::2], bounds[1::2], strict=True))
 
 
 def _comparison_issues(card: Card, comp: Comparison, renders: Renders) -> list[Issue]:
@@ -187,7 +199,9 @@ def _comparison_issues(card: Card, comp: Comparison, renders: Renders) -> list[I
                               f"{label}: differs outside the endpoint spans at offset {pos} of "
                               f"{arm}: {excerpts}")]
     # The diff can align shared text with span text; compare the outside segments one by one too.
-    for (a1, a2), (b1, b2) in zip(_outside(ra.text, sa), _outside(rb.text, sb)):
+    # strict=False: a faulty card can give the changed factor a different number of spans per arm;
+    # the segments both arms have are paired here, the diff above has checked the whole text.
+    for (a1, a2), (b1, b2) in zip(_outside(ra.text, sa), _outside(rb.text, sb), strict=False):
         x, y = ra.text[a1:a2], rb.text[b1:b2]
         if x != y:
             j = len(os.path.commonprefix([x, y]))
@@ -209,7 +223,7 @@ def _leak_issues(card: Card, renders: Renders) -> list[Issue]:
     issues: list[Issue] = []
     for i, factor in enumerate(card.factors):
         ends = {"P": factor.endpoints.P.strip(), "Q": factor.endpoints.Q.strip()}
-        cores = dict(zip("PQ", endpoint_core(factor.endpoints.P, factor.endpoints.Q)))
+        cores = dict(zip("PQ", endpoint_core(factor.endpoints.P, factor.endpoints.Q), strict=True))
         needles = [(f"the text of endpoint {e}", t) for e, t in ends.items()]
         needles += [(f"the core of endpoint {e}", c)
                     for e, c in cores.items() if len(c) >= CORE_MIN_CHARS]

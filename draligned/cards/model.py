@@ -8,12 +8,9 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Annotated, Any, Literal, Union, cast
+from typing import Annotated, Any, Literal, cast
 
-from pydantic import (
-    BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator,
-)
-
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
 
 Endpoint = Literal["P", "Q"]
 Outcome = Literal["PASS", "NOT_SELECTED", "FAIL", "DISPUTED", "RETAINED"]
@@ -116,13 +113,13 @@ def _slot_kind(value: Any) -> str | None:
 
 
 Slot = Annotated[
-    Union[
-        Annotated[SourceSlot, Tag(_TAG + "source")],
-        Annotated[TextSlot, Tag(_TAG + "text")],
-        Annotated[FactorSlot, Tag(_TAG + "factor")],
-        Annotated[FactorsSlot, Tag(_TAG + "factors")],
-        Annotated[ByArmSlot, Tag(_TAG + "by_arm")],
-    ],
+    (
+        Annotated[SourceSlot, Tag(_TAG + "source")]
+        | Annotated[TextSlot, Tag(_TAG + "text")]
+        | Annotated[FactorSlot, Tag(_TAG + "factor")]
+        | Annotated[FactorsSlot, Tag(_TAG + "factors")]
+        | Annotated[ByArmSlot, Tag(_TAG + "by_arm")]
+    ),
     Discriminator(
         _slot_kind,
         custom_error_type="slot_kind",

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from draligned.cess.estimators import clip
 from draligned.cess.text import TfidfIndex
@@ -85,8 +86,8 @@ class CrossFit(NamedTuple):
 
 def cross_fit_ridge(
     texts: Sequence[str],
-    y: Sequence[float],
-    groups: Sequence[int],
+    y: ArrayLike,
+    groups: ArrayLike,
     n_folds: int = 5,
     alphas: Sequence[float] = RIDGE_ALPHAS,
     max_features: int = 1000,

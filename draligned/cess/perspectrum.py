@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
@@ -68,7 +68,7 @@ class PerspectrumData(BaseModel):
     """Test claims: evaluation only."""
 
 
-def _read(path: Path) -> object:
+def _read(path: Path) -> Any:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
@@ -97,7 +97,8 @@ def load_perspectrum(
         texts = {int(p["pId"]): p["text"] for p in _read(root / PERSPECTIVES_FILE)}
         key, prefix = "pids", "p"
     splits = {int(cid): split for cid, split in _read(root / SPLIT_FILE).items()}
-    tuning, evaluation = [], []
+    tuning: list[PerspectrumClaim] = []
+    evaluation: list[PerspectrumClaim] = []
     for claim in _read(root / CLAIMS_FILE):
         cid = int(claim["cId"])
         links = _links(claim, key)

@@ -86,9 +86,10 @@ class Trajectory(BaseModel):
         index = {doc: i for i, doc in enumerate(self.pool.doc_ids)}
         pool_y = self.pool.y or [None] * len(index)
         scores = [r.y if r.y is not None else pool_y[index[r.chosen]] for r in self.rounds]
-        if any(s is None for s in scores):
+        known = [float(s) for s in scores if s is not None]
+        if len(known) < len(scores):
             raise ValueError(f"trajectory {self.trajectory_id}: Y unknown for a chosen document")
-        return [float(s) for s in scores]
+        return known
 
 
 @cache
@@ -219,12 +220,13 @@ def _check_semantics(traj: Trajectory, line: int) -> None:
             raise TrajectoryError(
                 line, f"{where}.chosen", f"chosen document {rnd.chosen!r} has probability 0 in probs[{j}]"
             )
-        if rnd.y is None and pool_y[j] is None:
+        y_pool = pool_y[j]
+        if rnd.y is None and y_pool is None:
             raise TrajectoryError(
                 line, f"{where}.y", f"Y of chosen document {rnd.chosen!r} is in neither the round nor pool.y"
             )
-        if rnd.y is not None and pool_y[j] is not None and abs(rnd.y - pool_y[j]) > 1e-9:
-            raise TrajectoryError(line, f"{where}.y", f"{rnd.y!r} disagrees with pool.y[{j}] = {pool_y[j]!r}")
+        if rnd.y is not None and y_pool is not None and abs(rnd.y - y_pool) > 1e-9:
+            raise TrajectoryError(line, f"{where}.y", f"{rnd.y!r} disagrees with pool.y[{j}] = {y_pool!r}")
 
 
 def parse_trajectory(text: str, line: int = 1) -> Trajectory:

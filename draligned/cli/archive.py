@@ -54,7 +54,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if problems:
         print(f"FAILED: {len(problems)} problem(s) in {archive.root}", file=sys.stderr)
         return 1
-    print(f"OK: {len(archive.record_paths())} run records and {len(archive.blob_shas())} blobs verified in {archive.root}")
+    print(f"OK: {len(archive.record_paths())} run records and {len(archive.blob_shas())} blobs verified in "
+          f"{archive.root}")
     return 0
 
 
@@ -84,8 +85,9 @@ def stats(archive: Archive) -> dict:
 
     def row(values: tuple) -> dict:
         return {k: (None if v is None else round(float(v), 6)) if k == "cost_usd" else int(v)
-                for k, v in zip(keys, values)}
+                for k, v in zip(keys, values, strict=True)}
 
+    assert total is not None  # an aggregate without GROUP BY returns one row
     out = row(total)
     out["blobs"] = len(archive.blob_shas())
     out["by_model"] = {r[0]: row(r[1:]) for r in per_model}

@@ -7,6 +7,7 @@ import asyncio
 import json
 import sys
 from pathlib import Path
+from typing import Literal
 
 from rich.console import Console
 from rich.table import Table
@@ -16,13 +17,14 @@ from draligned.archive.store import Archive, ArchiveError
 from draligned.evaluator.aggregate import STATES
 from draligned.evaluator.agreement import between_evaluators, between_reads
 from draligned.evaluator.config import EvaluatorError, load_evaluator
+from draligned.evaluator.packets import Phase
 from draligned.evaluator.reading import PHASES, ReadSummary, read_archive
 from draligned.evaluator.review import export_sheet, import_answers
 from draligned.evaluator.states import PairCell, document_order, pair_cells, pair_matrix, state_rows
 from draligned.evaluator.storage import ReadStore
 from draligned.models import ModelError
 
-_PHASE_ALIASES = {"requests": "requests", "drafts": "draft", "draft": "draft", "final": "final"}
+_PHASE_ALIASES: dict[str, Phase] = {"requests": "requests", "drafts": "draft", "draft": "draft", "final": "final"}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -56,7 +58,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     i.set_defaults(func=cmd_review_import)
 
 
-def parse_phases(text: str) -> list[str]:
+def parse_phases(text: str) -> list[Phase]:
     """`requests,drafts,final` -> the phase names used in manifests."""
     try:
         return [_PHASE_ALIASES[p.strip()] for p in text.split(",") if p.strip()]
@@ -64,7 +66,7 @@ def parse_phases(text: str) -> list[str]:
         raise SystemExit(f"unknown phase {exc.args[0]!r}; use requests, drafts, final") from None
 
 
-def run_read(archive: Archive, evaluator_file: str | Path, phases: tuple[str, ...] = PHASES) -> ReadSummary:
+def run_read(archive: Archive, evaluator_file: str | Path, phases: tuple[Phase, ...] = PHASES) -> ReadSummary:
     """Read and reindex; raises EvaluatorError, ArchiveError or ModelError."""
     summary = asyncio.run(read_archive(archive, load_evaluator(evaluator_file), phases))
     rebuild_index(archive)
@@ -143,7 +145,7 @@ def cmd_agreement(args: argparse.Namespace) -> int:
 def cmd_review_export(args: argparse.Namespace) -> int:
     archive = Archive(args.archive)
     out = Path(args.out)
-    fmt = "csv" if out.suffix == ".csv" else "jsonl"
+    fmt: Literal["jsonl", "csv"] = "csv" if out.suffix == ".csv" else "jsonl"
     text, sheet_id = export_sheet(archive, args.evaluator, state_rows(archive, args.evaluator), fmt, args.limit)
     out.write_text(text, encoding="utf-8")
     print(f"sheet {sheet_id}: {out} (key kept under {archive.root / 'reviews' / args.evaluator})")

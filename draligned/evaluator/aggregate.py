@@ -8,6 +8,7 @@ UNKNOWN (with its reason) or missing; nothing is imputed as NONE (Table 15).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -85,7 +86,7 @@ def _label_from_counts(p: int, q: int, neither: int) -> Label | None:
     return "NO_DIRECTION" if neither else None
 
 
-def read_label(items: list[AxisItem], axis_id: str) -> ReadLabel:
+def read_label(items: Sequence[AxisItem], axis_id: str) -> ReadLabel:
     """Label one read on one factor from its main-advice items; UNKNOWN-side items do not count."""
     on_axis = [i for i in items if i.axis_id == axis_id]
     main = [i for i in on_axis if i.kind == "ACTOR_ADVICE" and i.status == "MAIN"]

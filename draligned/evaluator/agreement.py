@@ -37,7 +37,7 @@ def cohen(a: list[Hashable], b: list[Hashable], group: str = "all") -> Agreement
     n = len(a)
     if n == 0:
         return Agreement(group=group, n=0, exact=None, kappa=None)
-    po = sum(x == y for x, y in zip(a, b)) / n
+    po = sum(x == y for x, y in zip(a, b, strict=True)) / n
     ca, cb = Counter(a), Counter(b)
     pe = sum(ca[k] * cb[k] for k in ca) / (n * n)
     kappa = None if pe >= 1.0 else (po - pe) / (1 - pe)
@@ -79,8 +79,9 @@ def between_reads(store: ReadStore) -> list[Agreement]:
     pairs: dict[str, list[tuple[Hashable, Hashable]]] = defaultdict(list)
     for unit in units.values():
         recs = [reads.get(unit[n].packet_id) if n in unit else None for n in (1, 2)]
-        if not all(r is not None and r.status == "OK" for r in recs):
+        ok = [r for r in recs if r is not None and r.status == "OK"]
+        if len(ok) < len(recs):
             continue
-        one, two = (_answers(r, unit[1]) for r in recs)
+        one, two = (_answers(r, unit[1]) for r in ok)
         pairs[unit[1].phase] += [(one[key], two[key]) for key in sorted(one)]
     return [cohen([x for x, _ in v], [y for _, y in v], group) for group, v in sorted(pairs.items())]

@@ -162,7 +162,7 @@ def _factor_block(card: Card, kind: PacketKind, alpha_p: bool) -> str:
 def render(evaluator: Evaluator, card: Card, unit: Unit, read: ReadNo) -> str:
     """The prompt of one read of a unit: the evaluator's template filled with blinded content."""
     alpha_p = alpha_is_p(unit.content_sha256, read)
-    body = "\n".join(f"[{i}] {t}" for i, t in zip(unit.unit_ids, unit.texts))
+    body = "\n".join(f"[{i}] {t}" for i, t in zip(unit.unit_ids, unit.texts, strict=True))
     return (evaluator.templates[unit.kind].replace("{{task}}", card.task.text)
             .replace("{{factors}}", _factor_block(card, unit.kind, alpha_p))
             .replace("{{body}}", body))

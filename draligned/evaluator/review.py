@@ -13,13 +13,13 @@ import csv
 import io
 import json
 from collections import defaultdict
-from typing import Literal
+from typing import Literal, cast
 
 from pydantic import BaseModel, ConfigDict
 
 from draligned.archive.store import Archive, write_once
 from draligned.evaluator.agreement import Agreement, cohen
-from draligned.evaluator.orientation import restore
+from draligned.evaluator.orientation import ShownSide, restore
 from draligned.evaluator.packets import paragraphs
 from draligned.evaluator.reading import load_card
 from draligned.evaluator.states import StateRow
@@ -88,6 +88,8 @@ def export_sheet(archive: Archive, evaluator_id: str, rows: list[StateRow], fmt:
         alpha, beta = (factor.endpoints.P, factor.endpoints.Q) if alpha_p else (factor.endpoints.Q, factor.endpoints.P)
         blob = record.final_blob if r.document == "final" else next(
             e.blob for e in record.events if e.type == "draft" and f"draft:{e.version}" == r.document)
+        if blob is None:
+            raise ValueError(f"run {r.run_id}: final_blob is missing but its final has state {r.decision.state}")
         doc = "\n".join(f"[p{i + 1:03d}] {p}" for i, p in enumerate(paragraphs(archive.get_text(blob))))
         sheet.append({"item_id": item_id, "task": card.task.text, "factor": r.axis_id,
                       "scope": factor.scope, "ALPHA": alpha, "BETA": beta,
@@ -130,7 +132,7 @@ def import_answers(archive: Archive, evaluator_id: str, texts: list[str]) -> Rev
             if row.get("item_id") not in keys or row.get("answer") not in ANSWERS or not row.get("reviewer"):
                 raise ValueError(f"bad answer row {row!r}: needs a known item_id, a reviewer and one of {ANSWERS}")
             key = keys[row["item_id"]]
-            by_reviewer[row["reviewer"]][key.item_id] = restore(row["answer"], key.alpha_is_p)
+            by_reviewer[row["reviewer"]][key.item_id] = restore(cast(ShownSide, row["answer"]), key.alpha_is_p)
     with_instrument = {}
     for reviewer, answers in sorted(by_reviewer.items()):
         ids = sorted(answers)

@@ -9,7 +9,7 @@ phase and document (paper Table 22); a document one arm lacks is NO_DOCUMENT.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from typing import Literal
+from typing import Literal, TypedDict
 
 from pydantic import BaseModel, ConfigDict
 
@@ -127,7 +127,7 @@ def _request_decision(run_id: str, has_requests: bool, units: Units, reads: dict
         outs = [_outcome(chunk.get(n), reads) for n in (1, 2)]
         if missing := _missing(outs):
             return missing
-        sides = [{l.request_id: l.side for l in o.labels if l.axis_id == axis_id}
+        sides = [{lab.request_id: lab.side for lab in o.labels if lab.axis_id == axis_id}
                  if isinstance(o, ReadRecord) else {} for o in outs]
         pairs += [(sides[0].get(i), sides[1].get(i)) for i in chunk[1].unit_ids]
     return request_readout(pairs, assigned)
@@ -146,10 +146,20 @@ def _document_decision(reads_of_unit: dict[int, Manifest] | None, present: bool,
     return document_state(r1, r2, assigned), [r for r in (r1, r2) if r is not None]
 
 
+class _RunKeys(TypedDict):
+    """The fields of a StateRow that every row of one run shares."""
+
+    evaluator_id: str
+    run_id: str
+    card_id: str
+    arm: str
+    seed: int
+
+
 def _run_rows(evaluator_id: str, record: RunRecord, card: Card, units: Units,
-              reads: dict[str, ReadRecord], phases: set[str]) -> list[StateRow]:
+              reads: dict[str, ReadRecord], phases: set[Phase]) -> list[StateRow]:
     """Rows of one run: requests, every draft version (draft:1 as NO_DOCUMENT if none), final."""
-    base = {"evaluator_id": evaluator_id, "run_id": record.run_id, "card_id": card.card_id,
+    base: _RunKeys = {"evaluator_id": evaluator_id, "run_id": record.run_id, "card_id": card.card_id,
             "arm": record.slot.arm, "seed": record.slot.seed}
     existing = {f"draft:{e.version}" for e in record.events if isinstance(e, DraftEvent)}
     existing |= {"final"} if record.final_blob else set()

@@ -97,7 +97,7 @@ class ModelAPI(ABC):
     async def generate(self, messages: list[Message], tools: list[ToolSpec], seed: int) -> ModelReply:
         """Send one request (the declaration's request fields plus ``messages`` and ``tools``)."""
 
-    def check_ready(self) -> None:
+    def check_ready(self) -> None:  # noqa: B027 - an optional hook: a model that needs no check keeps this one
         """Raise ModelError if the model cannot be called (e.g. its key is missing); before a study."""
 
 

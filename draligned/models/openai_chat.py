@@ -73,7 +73,7 @@ class OpenAIChat(RemoteModel):
             anomalies.append(f"split reply: {len(choices)} choices merged in order")
         texts, calls, refusals, reasons = [], [], [], []
         for choice in choices:
-            msg = choice.get("message") if isinstance(choice.get("message"), dict) else {}
+            msg = choice["message"] if isinstance(choice.get("message"), dict) else {}
             if text := wire.text_of(msg.get("content")):
                 texts.append(text)
             if isinstance(msg.get("refusal"), str) and msg["refusal"]:

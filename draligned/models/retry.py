@@ -11,8 +11,9 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import email.utils
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Awaitable, Callable, Mapping, TypeVar
+from typing import TypeVar
 
 import tenacity
 from pydantic import BaseModel, ConfigDict
@@ -92,7 +93,7 @@ def retry_after(headers: Mapping[str, str]) -> float | None:
             return max(float(value), 0.0)
         except ValueError:
             when = email.utils.parsedate_to_datetime(value)
-            return max((when - dt.datetime.now(dt.timezone.utc)).total_seconds(), 0.0)
+            return max((when - dt.datetime.now(dt.UTC)).total_seconds(), 0.0)
     except (TypeError, ValueError):
         return None
 
@@ -141,7 +142,7 @@ async def call_with_retries(
         reraise=True,
     )
     try:
-        result = await retrying(once)
+        result: T = await retrying(once)
     except AttemptFailed as exc:
         raise GaveUp(exc.failure, attempts) from exc
     return result, attempts

@@ -53,7 +53,7 @@ class _History:
     """Last return text per tool name (workspace harnesses)."""
 
     @classmethod
-    def parse(cls, messages: list[Message]) -> "_History":
+    def parse(cls, messages: list[Message]) -> _History:
         hist = cls()
         calls = {tc.id: tc for m in messages if m.role == "assistant" for tc in m.tool_calls}
         for m in messages:
@@ -147,7 +147,8 @@ class SimAgent(ModelAPI):
         elif hist.drafts < 1 + int(revise):
             call = self._write(task, background, hist, seed, workspace)
         elif workspace and self.declaration.options.get("final_mode", "submit") == "submit":
-            call = (self._tool("edit_file", {"path": DELIVERABLE, "old_text": "# Draft:", "new_text": "# Final report:"})
+            edit = {"path": DELIVERABLE, "old_text": "# Draft:", "new_text": "# Final report:"}
+            call = (self._tool("edit_file", edit)
                     if "edit_file" not in hist.outputs else self._tool("submit_file", {"path": DELIVERABLE}))
         elif (self.declaration.options.get("final_mode", "submit") == "text"
               or ("submit_report" not in tool_names and not workspace)):

@@ -88,15 +88,16 @@ def merge_fragments(calls: list[ToolCall], anomalies: list[str], where: str) -> 
     merged: list[ToolCall] = []
     for c in calls:
         prev = merged[-1] if merged else None
-        same = prev is not None and c.id in ("", prev.id) and c.name in ("", prev.name)
-        if same and (c.id, c.name, c.raw_arguments) == (prev.id, prev.name, prev.raw_arguments):
+        if prev is None or c.id not in ("", prev.id) or c.name not in ("", prev.name):
+            merged.append(c)  # a new call
+        elif (c.id, c.name, c.raw_arguments) == (prev.id, prev.name, prev.raw_arguments):
             anomalies.append(f"split reply: repeated tool call {c.id} in {where} dropped")
-        elif same and c.id and prev.raw_arguments.strip() in ("", "{}") and c.raw_arguments.strip():
+        elif c.id and prev.raw_arguments.strip() in ("", "{}") and c.raw_arguments.strip():
             # The call announced with no arguments, repeated under its id with them: one call,
             # not two with the same id (the first would fail and the id would be sent back twice).
             merged[-1] = tool_call(prev.id, prev.name, c.raw_arguments)
             anomalies.append(f"split tool call: arguments of call {prev.id} came in {where}")
-        elif same and (not c.name or prev.arguments is None):
+        elif not c.name or prev.arguments is None:
             merged[-1] = tool_call(prev.id, prev.name, prev.raw_arguments + c.raw_arguments)
             anomalies.append(f"split tool call: argument fragment in {where} joined to call {prev.id}")
         else:
