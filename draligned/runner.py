@@ -18,9 +18,9 @@ from pathlib import Path
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from draligned.archive import Archive
-from draligned.archive.index import rebuild_index
 from draligned.executors import EXECUTORS, Ledger, RunSetup
 from draligned.executors.base import new_record
+from draligned.indexing import rebuild
 from draligned.models import ModelAPI, get_model
 from draligned.models.cache import CachedModel, ReplayCache
 from draligned.records import FINISHED, RunRecord, Slot
@@ -103,7 +103,7 @@ async def run_study(study: Study, show_progress: bool = False) -> StudyResult:
     finally:
         if lock is not None:
             os.close(lock)
-    rebuild_index(archive)
+    rebuild(archive)
     return result
 
 

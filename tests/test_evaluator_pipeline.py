@@ -273,16 +273,16 @@ def test_review_export_is_blind_and_import_reports_agreement(demo, tmp_path, cap
 
 def test_archive_verify_covers_evaluator_files(tmp_path):
     """A damaged read record or a deleted raw response is named by `archive verify`."""
-    from draligned.archive.verify import verify_archive
+    from draligned.indexing import verify
 
     out = tmp_path / "demo"
     assert main(["demo", "--out", str(out)]) == 0
     archive = Archive(out / "archive")
-    assert verify_archive(archive) == []
+    assert verify(archive) == []
     damaged, other = sorted((archive.root / "reads").glob("*/reads/*.json"))[:2]
     damaged.write_text(damaged.read_text()[:-20])
     raw = json.loads(other.read_text())["raw_response_blob"]
     archive.blob_path(raw).unlink()
-    problems = verify_archive(archive)
+    problems = verify(archive)
     assert any(str(damaged) in p and "unreadable ReadRecord" in p for p in problems)
     assert any(str(archive.blob_path(raw)) in p and str(other) in p for p in problems)
