@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from draligned.executors.base import Loop, RunSetup, RunWriter, ToolOutcome, acquisition_handlers
+from draligned.executors.base import Loop, RunSetup, ToolOutcome, acquisition_handlers
 from draligned.records import Message, RunRecord
 from draligned.tools.acquisition import AcquisitionTools, SearchBackend
 
@@ -24,7 +24,7 @@ class H00Executor:
 
     async def run(self) -> RunRecord:
         s = self.setup
-        writer = RunWriter(s.archive, s.record)
+        writer = s.writer
         writer.start()
         loop = Loop(
             setup=s, writer=writer, tools=s.contract.contract.tools,
