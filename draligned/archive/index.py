@@ -31,7 +31,7 @@ def bulk_insert(con: duckdb.DuckDBPyConnection, table: str, rows: Sequence[tuple
         path = Path(scratch) / f"{table}.jsonl"
         with path.open("w", encoding="utf-8") as fh:
             for row in rows:
-                fh.write(json.dumps(dict(zip((c for c, _ in cols), row)), ensure_ascii=False) + "\n")
+                fh.write(json.dumps(dict(zip((c for c, _ in cols), row, strict=True)), ensure_ascii=False) + "\n")
         spec = "{" + ", ".join(f"'{c}': '{t}'" for c, t in cols) + "}"
         con.execute(f"INSERT INTO {table} SELECT * FROM read_json(?, format='newline_delimited', "
                     f"columns={spec})", [str(path)])

@@ -7,6 +7,7 @@ record has one event sequence and one place that appends to it.
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 from draligned.archive.store import Archive
 from draligned.records import (
@@ -17,7 +18,7 @@ from draligned.records import (
 
 def utcnow() -> str:
     """UTC timestamp in ISO format (seconds)."""
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 
 class RunWriter:
@@ -130,6 +131,6 @@ class RunWriter:
 
 
 
-def new_record(**fields: object) -> RunRecord:
+def new_record(**fields: Any) -> RunRecord:
     """A run record in status ``started`` with zeroed counters."""
     return RunRecord(status="started", started_at=utcnow(), counters=Counters(), **fields)
