@@ -5,8 +5,8 @@ its own :class:`PoolSearchBackend`: each ``search(query)`` asks the CESS
 :class:`~draligned.cess.pool.PoolController` for a probability vector over the whole pool
 (query relevance, ranking tilt, repetition penalty, ε share), samples ONE document with
 common random numbers, logs a :class:`~draligned.records.PoolRoundEvent` through the run's
-writer (the same one the executor writes with) and returns that document as a one-result list, so the result block, ``read(url)``
-and the simulated agent work unchanged.
+writer (the one the executor writes with) and returns that document as a one-result list, so
+the result block, ``read(url)`` and the simulated agent work unchanged.
 
 Adaptive stopping (Eq. 5): every search call is a step the agent wants to take; its
 *wish* is read from what it did since the previous search. A draft saved in between
