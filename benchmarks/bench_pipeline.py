@@ -17,8 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from draligned.archive.index import rebuild_index
-from draligned.archive.verify import verify_archive
+from draligned.indexing import rebuild, verify
 from draligned.runner import run_study
 from draligned.study import load_study
 
@@ -43,10 +42,10 @@ def main() -> None:
         result = asyncio.run(run_study(load_study(study)))
         t_run = time.perf_counter() - t0
         t0 = time.perf_counter()
-        problems = verify_archive(result.archive)
+        problems = verify(result.archive)
         t_verify = time.perf_counter() - t0
         t0 = time.perf_counter()
-        rebuild_index(result.archive)
+        rebuild(result.archive)
         t_index = time.perf_counter() - t0
         size = sum(p.stat().st_size for p in result.archive.root.rglob("*") if p.is_file())
     print(json.dumps({

@@ -6,7 +6,7 @@ produce these records live in the executors, the storage in ``draligned.archive`
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -127,11 +127,42 @@ class ModelReply(Record):
 
 
 # --------------------------------------------------------------------------- run events
+class EventColumns(TypedDict, total=False):
+    """The event-specific columns of the index's ``events`` table, in column order; absent ones are NULL."""
+
+    role: str
+    tool: str
+    request_text: str | None
+    blob: str | None
+    chars: int
+    version: int
+    error: str | None
+    code: str
+    model_echo: str | None
+    finish_reason: str | None
+    input_tokens: int
+    output_tokens: int
+    reasoning_tokens: int
+    latency_s: float
+
+
 class RunEvent(Record):
-    """Base of every event of a run record: its place in the run's one event sequence."""
+    """Base of every event of a run record: its place in the run's one event sequence.
+
+    Every event type says itself which blobs it references and what it shows in the index, so a
+    new event type is one class (``tests/test_events.py`` checks each member of :data:`Event`).
+    """
 
     event_id: str
     """Sequential id within the run (e0001, e0002, ...), root and workers in one sequence."""
+
+    def blob_refs(self) -> list[tuple[str, str]]:
+        """(sha256, kind) of every blob this event references, in a stable order."""
+        raise NotImplementedError(f"{type(self).__name__} does not list its blob references")
+
+    def index_columns(self) -> EventColumns:
+        """Its event-specific columns of the index's ``events`` table."""
+        raise NotImplementedError(f"{type(self).__name__} does not give its index columns")
 
 
 class ModelAttemptEvent(RunEvent):
@@ -142,6 +173,12 @@ class ModelAttemptEvent(RunEvent):
     """Which context made the call."""
     attempt: ModelAttempt
     """What happened on this attempt."""
+
+    def blob_refs(self) -> list[tuple[str, str]]:
+        return []
+
+    def index_columns(self) -> EventColumns:
+        return EventColumns(role=self.role, code=self.attempt.error, error=self.attempt.detail)
 
 
 class ModelCallEvent(RunEvent):
@@ -175,6 +212,16 @@ class ModelCallEvent(RunEvent):
     cost_usd: float | None = None
     """Cost of the call from the model's price table; None when the model is not priced."""
 
+    def blob_refs(self) -> list[tuple[str, str]]:
+        return [(self.request_blob, "model_request"), (self.response_blob, "model_response")]
+
+    def index_columns(self) -> EventColumns:
+        u = self.usage
+        return EventColumns(role=self.role, blob=self.response_blob, model_echo=self.model_echo,
+                            finish_reason=self.finish_reason, input_tokens=u.input_tokens,
+                            output_tokens=u.output_tokens, reasoning_tokens=u.reasoning_tokens,
+                            latency_s=self.latency_s)
+
 
 class ToolCallEvent(RunEvent):
     """A tool call executed (or refused) by the harness."""
@@ -197,6 +244,13 @@ class ToolCallEvent(RunEvent):
     error: str | None = None
     """Set when the tool returned an error to the agent (malformed arguments, unknown URL, ...)."""
 
+    def blob_refs(self) -> list[tuple[str, str]]:
+        return [(self.arguments_blob, "tool_arguments"), (self.return_blob, "tool_return")]
+
+    def index_columns(self) -> EventColumns:
+        return EventColumns(role=self.role, tool=self.tool, request_text=self.request_text,
+                            blob=self.return_blob, chars=self.return_chars, error=self.error)
+
 
 class DraftEvent(RunEvent):
     """A saved draft version of the report."""
@@ -211,6 +265,12 @@ class DraftEvent(RunEvent):
     tool_event: str
     """Event id of the tool call that saved it."""
 
+    def blob_refs(self) -> list[tuple[str, str]]:
+        return [(self.blob, "draft")]
+
+    def index_columns(self) -> EventColumns:
+        return EventColumns(blob=self.blob, chars=self.chars, version=self.version)
+
 
 class FinalEvent(RunEvent):
     """The delivered final report."""
@@ -223,6 +283,12 @@ class FinalEvent(RunEvent):
     delivered_by: Literal["submit_report", "text_reply", "submit_file"]
     """How the final was delivered: a submit tool or a natural text-only reply."""
 
+    def blob_refs(self) -> list[tuple[str, str]]:
+        return [(self.blob, "final")]
+
+    def index_columns(self) -> EventColumns:
+        return EventColumns(blob=self.blob, chars=self.chars, code=self.delivered_by)
+
 
 class NoticeEvent(RunEvent):
     """Something the harness did that a reader of the run must know about."""
@@ -232,6 +298,12 @@ class NoticeEvent(RunEvent):
     """Machine-readable notice code, e.g. multiple_tool_calls_in_order, tool_call_not_executed."""
     detail: str
     """Human-readable detail."""
+
+    def blob_refs(self) -> list[tuple[str, str]]:
+        return []
+
+    def index_columns(self) -> EventColumns:
+        return EventColumns(code=self.code)
 
 
 class SnapshotEvent(RunEvent):
@@ -251,6 +323,13 @@ class SnapshotEvent(RunEvent):
     """Number of regular files in the workspace."""
     bytes: int = 0
     """Total size of those files."""
+
+    def blob_refs(self) -> list[tuple[str, str]]:
+        return [(self.manifest_blob, "snapshot_manifest")] + [(sha, "workspace_file")
+                                                              for sha in self.changed.values() if sha]
+
+    def index_columns(self) -> EventColumns:
+        return EventColumns(role=self.role, blob=self.manifest_blob)
 
 
 class WorkerRun(Record):
@@ -281,6 +360,16 @@ class DelegateEvent(RunEvent):
     workers: list[WorkerRun]
     """The batch's workers, in task order."""
 
+    def blob_refs(self) -> list[tuple[str, str]]:
+        refs = []
+        for w in self.workers:
+            refs += [(w.assignment_blob, "worker_assignment"), (w.transcript_blob, "worker_transcript")]
+            refs += [(w.reply_blob, "worker_reply")] if w.reply_blob else []
+        return refs
+
+    def index_columns(self) -> EventColumns:
+        return EventColumns()  # the workers' own events carry their calls
+
 
 class PoolRoundEvent(RunEvent):
     """One round of logged candidate-pool search (CESS paper, Eq. 5): the controller's full
@@ -310,6 +399,12 @@ class PoolRoundEvent(RunEvent):
     """Selection probability p_t of the chosen document."""
     u_select: float | None = None
     """The common uniform draw of the inverse-CDF selection."""
+
+    def blob_refs(self) -> list[tuple[str, str]]:
+        return [(self.pool_blob, "pool")] + ([(self.probs_blob, "pool_probs")] if self.probs_blob is not None else [])
+
+    def index_columns(self) -> EventColumns:
+        return EventColumns(request_text=self.query, blob=self.probs_blob)
 
 
 Event = Annotated[
@@ -448,24 +543,4 @@ class RunRecord(Record):
             (self.user_message_blob, "user_message"),
             (self.tools_blob, "tools"),
         ]
-        for ev in self.events:
-            if isinstance(ev, ModelCallEvent):
-                refs += [(ev.request_blob, "model_request"), (ev.response_blob, "model_response")]
-            elif isinstance(ev, ToolCallEvent):
-                refs += [(ev.arguments_blob, "tool_arguments"), (ev.return_blob, "tool_return")]
-            elif isinstance(ev, DraftEvent):
-                refs.append((ev.blob, "draft"))
-            elif isinstance(ev, FinalEvent):
-                refs.append((ev.blob, "final"))
-            elif isinstance(ev, SnapshotEvent):
-                refs.append((ev.manifest_blob, "snapshot_manifest"))
-                refs += [(sha, "workspace_file") for sha in ev.changed.values() if sha]
-            elif isinstance(ev, DelegateEvent):
-                for w in ev.workers:
-                    refs += [(w.assignment_blob, "worker_assignment"), (w.transcript_blob, "worker_transcript")]
-                    refs += [(w.reply_blob, "worker_reply")] if w.reply_blob else []
-            elif isinstance(ev, PoolRoundEvent):
-                refs.append((ev.pool_blob, "pool"))
-                if ev.probs_blob is not None:
-                    refs.append((ev.probs_blob, "pool_probs"))
-        return refs
+        return refs + [ref for ev in self.events for ref in ev.blob_refs()]

@@ -18,9 +18,9 @@ from pathlib import Path
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from draligned.archive import Archive
-from draligned.archive.index import rebuild_index
+from draligned.archive.writer import RunWriter, new_record
 from draligned.executors import RunSetup, executor_for
-from draligned.executors.base import new_record
+from draligned.indexing import rebuild
 from draligned.models import ModelAPI, get_model
 from draligned.models.cache import CachedModel, ReplayCache
 from draligned.records import FINISHED, RunRecord, Slot
@@ -64,10 +64,11 @@ async def _run_slot(study: Study, archive: Archive, slot: Slot, attempt: int, mo
         user_message_blob=archive.put_blob(user_message),
         tools_blob=archive.put_json_blob([t.model_dump(mode="json") for t in contract.contract.tools]),
     )
-    setup = RunSetup(archive=archive, record=record, contract=contract, model=model,
+    writer = RunWriter(archive, record)  # the run's one writer: the executor's and the pool search's
+    setup = RunSetup(writer=writer, contract=contract, model=model,
                      system_prompt=system_prompt, user_message=user_message, seed=slot.seed,
                      budget=study.spec.budget)
-    return await executor_for(slot.harness)(setup, search.backend_for(slot, archive, record)).run()
+    return await executor_for(slot.harness)(setup, search.backend_for(slot, writer)).run()
 
 
 async def run_study(study: Study, show_progress: bool = False) -> StudyResult:
@@ -103,7 +104,7 @@ async def run_study(study: Study, show_progress: bool = False) -> StudyResult:
     finally:
         if lock is not None:
             os.close(lock)
-    rebuild_index(archive)
+    rebuild(archive)
     return result
 
 

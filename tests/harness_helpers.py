@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from draligned.archive import Archive
+from draligned.archive.writer import RunWriter, new_record
 from draligned.executors import Budget, RunSetup, executor_for
-from draligned.executors.base import new_record
 from draligned.harness import load_contract
 from draligned.records import Event, RunRecord, Slot, ToolCallEvent
 from draligned.tools.corpus import Corpus, load_corpus
@@ -46,7 +46,7 @@ def run_harness(tmp: Path, harness: str, model, budget: Budget | None = None, ru
                         card_path="c.json", protocol="scripted", requested_model="scripted-1",
                         system_prompt_blob=archive.put_blob(contract.contract.system_prompt),
                         user_message_blob=archive.put_blob(USER), tools_blob=archive.put_blob("[]"))
-    setup = RunSetup(archive=archive, record=record, contract=contract, model=model,
+    setup = RunSetup(writer=RunWriter(archive, record), contract=contract, model=model,
                      system_prompt=contract.contract.system_prompt, user_message=USER, seed=0,
                      budget=budget)
     return asyncio.run(executor_for(harness)(setup, corpus).run()), archive

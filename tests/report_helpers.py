@@ -8,8 +8,8 @@ from collections.abc import Callable
 import duckdb
 
 from draligned.archive import Archive
-from draligned.archive.index import connect
 from draligned.cards import Card
+from draligned.indexing import connect
 
 
 def add_states(archive: Archive, evaluator: str,

@@ -12,11 +12,10 @@ import duckdb
 import pytest
 
 from draligned.archive import Archive, ArchiveError
-from draligned.archive.index import rebuild_index
 from draligned.archive.store import write_once
-from draligned.archive.verify import verify_archive
 from draligned.cli import main
 from draligned.hashing import sha256_bytes
+from draligned.indexing import rebuild, verify
 from draligned.runner import plan_resume
 from draligned.study import load_study
 from draligned.tools.corpus import load_corpus
@@ -50,7 +49,7 @@ def test_blobs_are_content_addressed(tmp_path):
 
 def test_verify_passes_then_names_a_flipped_byte_and_a_deleted_blob(small_archive, tmp_path):
     _, archive = small_archive
-    assert verify_archive(archive) == []
+    assert verify(archive) == []
     copy = Archive(tmp_path / "copy")
     subprocess.run(["cp", "-a", str(archive.root), str(copy.root)], check=True)
     rec = copy.records()[0]
@@ -60,7 +59,7 @@ def test_verify_passes_then_names_a_flipped_byte_and_a_deleted_blob(small_archiv
     flipped.write_bytes(bytes(data))
     deleted = copy.blob_path(rec.user_message_blob)
     deleted.unlink()
-    problems = verify_archive(copy)
+    problems = verify(copy)
     assert any(str(flipped) in p and "altered" in p for p in problems)
     assert any(str(deleted) in p and "missing" in p for p in problems)
     assert main(["archive", "verify", str(copy.root)]) == 1
@@ -74,7 +73,7 @@ def test_verify_detects_an_edited_run_record(small_archive, tmp_path):
     data = json.loads(path.read_text())
     data["status"] = "failed"
     path.write_text(json.dumps(data))
-    problems = verify_archive(Archive(copy))
+    problems = verify(Archive(copy))
     assert any(path.name in p and "altered run record" in p for p in problems)
 
 
@@ -87,7 +86,7 @@ def test_reindex_reproduces_the_same_index(small_archive):
                     for t in ("runs", "events", "artifacts")}
 
     before = dump()
-    rebuild_index(archive)
+    rebuild(archive)
     after = dump()
     assert before == after and len(before["runs"]) == 2 and len(before["events"]) > 10
 
@@ -140,7 +139,7 @@ def test_killed_study_resumes_without_redoing_finished_runs(tmp_path):
     assert len({r.slot_id for r in finished}) == len(finished) == 12
     for name, data in done_before.items():  # nothing already archived was rewritten
         assert (archive.runs_dir / name).read_bytes() == data
-    assert verify_archive(archive) == []
+    assert verify(archive) == []
 
 
 @pytest.mark.parametrize("command", ["reindex", "ls", "stats"])
@@ -165,14 +164,14 @@ def test_an_unreadable_run_record_is_named_by_reindex_and_run(small_archive, tmp
 
 def test_verify_names_a_deleted_run_record_and_a_deleted_started_marker(small_archive, tmp_path):
     _, archive = small_archive
-    rebuild_index(archive)
+    rebuild(archive)
     copy = Archive(tmp_path / "copy")
     subprocess.run(["cp", "-a", str(archive.root), str(copy.root)], check=True)
     sealed, other = copy.record_paths()[:2]
     marker = copy.runs_dir / other.name.replace(".json", ".started.json")
     sealed.unlink()  # without the index this would look like an interrupted run
     marker.unlink()
-    assert verify_archive(copy) == sorted([
+    assert verify(copy) == sorted([
         f"{sealed}: missing run record (completed in index.duckdb)",
         f"{marker}: missing started marker of sealed run {other.name.removesuffix('.json')}"])
 

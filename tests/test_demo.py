@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 from draligned.archive import Archive
-from draligned.archive.verify import verify_archive
 from draligned.cli import main
+from draligned.indexing import verify
 from draligned.records import DelegateEvent, DraftEvent, FinalEvent, SnapshotEvent, ToolCallEvent
 from tests.harness_helpers import needs_bwrap
 
@@ -25,13 +25,13 @@ def test_demo_end_to_end_and_rerun_is_free(tmp_path, capsys):
     assert any("OWN" in p.read_text() for p in final_matrix)
     assert "Pool estimates per arm" in printed and "dOpened (effect)" in printed  # part 2: CESS over pools
     pool_archive = Archive(out / "pool-archive")
-    assert verify_archive(pool_archive) == [] and len(pool_archive.records()) == 80
+    assert verify(pool_archive) == [] and len(pool_archive.records()) == 80
     pool_report = out / "pool-report"
     assert f"Pool report:  {pool_report / 'report.html'}" in printed
     by_arm = (pool_report / "tables" / "cess_by_arm.csv").read_text().splitlines()
     assert len(by_arm) == 1 + 16  # 2 cards x 2 arms x 4 search cells, filled from cess_runs
     archive = Archive(out / "archive")
-    assert verify_archive(archive) == []
+    assert verify(archive) == []
     assert main(["archive", "stats", str(archive.root), "--json"]) == 0
     stats = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert stats["runs"] == stats["completed_runs"] == 60  # (3 cards x 2 arms + 4 cells) x 2 seeds x 3 harnesses

@@ -272,17 +272,30 @@ def test_review_export_is_blind_and_import_reports_agreement(demo, tmp_path, cap
 
 
 def test_archive_verify_covers_evaluator_files(tmp_path):
-    """A damaged read record or a deleted raw response is named by `archive verify`."""
-    from draligned.archive.verify import verify_archive
+    """A damaged read record, a deleted raw response, a damaged review key or a deleted answers file is
+    named by `archive verify`."""
+    from draligned.indexing import verify
 
     out = tmp_path / "demo"
     assert main(["demo", "--out", str(out)]) == 0
     archive = Archive(out / "archive")
-    assert verify_archive(archive) == []
+    sheet, answers = tmp_path / "sheet.jsonl", tmp_path / "answers.jsonl"
+    assert main(["review", "export", str(archive.root), "--evaluator", SIM_ID, "--out", str(sheet),
+                 "--limit", "2"]) == 0
+    answers.write_text("".join(json.dumps({"item_id": json.loads(line)["item_id"], "reviewer": "R1",
+                                           "answer": "BOTH"}) + "\n" for line in sheet.read_text().splitlines()))
+    assert main(["review", "import", str(archive.root), "--evaluator", SIM_ID, str(answers)]) == 0
+    assert verify(archive) == []
+    key = next((archive.root / "reviews").glob("*/*.key.json"))
+    key.write_text(key.read_text()[:-5])
+    answers_blob = archive.blob_path(archive.put_blob(answers.read_text()))
+    answers_blob.unlink()
     damaged, other = sorted((archive.root / "reads").glob("*/reads/*.json"))[:2]
     damaged.write_text(damaged.read_text()[:-20])
     raw = json.loads(other.read_text())["raw_response_blob"]
     archive.blob_path(raw).unlink()
-    problems = verify_archive(archive)
+    problems = verify(archive)
     assert any(str(damaged) in p and "unreadable ReadRecord" in p for p in problems)
     assert any(str(archive.blob_path(raw)) in p and str(other) in p for p in problems)
+    assert any(str(key) in p and "unreadable review key" in p for p in problems)
+    assert any(str(answers_blob) in p and "missing answers blob" in p for p in problems)

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from draligned.archive import Archive
+from draligned.archive.writer import RunWriter, new_record
 from draligned.executors import Budget, H00Executor, RunSetup
-from draligned.executors.base import new_record
 from draligned.harness import load_contract
 from draligned.records import DraftEvent, FinalEvent, NoticeEvent, Slot, ToolCall, ToolCallEvent
 from draligned.tools.corpus import load_corpus
@@ -40,7 +40,7 @@ def run(tmp_path: Path, corpus, replies, budget: Budget | None = None):
                         system_prompt_blob=archive.put_blob("sys"), user_message_blob=archive.put_blob("user"),
                         tools_blob=archive.put_blob("[]"))
     model = ScriptedModel(replies)
-    setup = RunSetup(archive=archive, record=record, contract=contract, model=model,
+    setup = RunSetup(writer=RunWriter(archive, record), contract=contract, model=model,
                      system_prompt="sys", user_message="Plan a Kyoto trip.", seed=0,
                      budget=budget or Budget())
     rec = asyncio.run(H00Executor(setup, corpus).run())

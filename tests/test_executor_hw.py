@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from draligned.archive.index import connect
 from draligned.harness import load_contract
+from draligned.indexing import connect
 from draligned.records import DraftEvent, FinalEvent, NoticeEvent, SnapshotEvent, ToolCallEvent
 from draligned.sandbox import SandboxLimits
 from draligned.tools.workspace import PathRefused, Workspace

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from draligned.archive import Archive
-from draligned.archive.verify import verify_archive
 from draligned.cli import main
+from draligned.indexing import verify
 from draligned.records import FinalEvent, ModelAttemptEvent, ModelCallEvent
 from tests.fake_providers import Error, FakeProvider, provider_study
 
@@ -48,7 +48,7 @@ def test_study_on_three_protocols_retries_hides_key_and_replays_read_only(tmp_pa
         archive = Archive(tmp_path / "archive")
         records = archive.records()
         assert len(records) == 6 and {r.status for r in records} == {"completed"}
-        assert verify_archive(archive) == []
+        assert verify(archive) == []
 
         # Every attempt is an event: one 429 (Retry-After honoured) and one 500 per protocol.
         for proto in PROTOCOLS:

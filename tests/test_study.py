@@ -107,6 +107,14 @@ def test_unknown_harness_and_protocol_name_study_file_and_field(tmp_path):
         load_study(path)
 
 
+def test_a_study_cannot_declare_the_evaluators_simulator(tmp_path):
+    """``sim-evaluator`` is registered by the evaluator (EVALUATOR_PROTOCOLS), not as an agent model."""
+    path = write_study(tmp_path, ["travel_budget_en.json"])
+    path.write_text(path.read_text().replace('protocol = "sim"', 'protocol = "sim-evaluator"'))
+    with pytest.raises(StudyError, match=r"models\[0\].protocol: model 'sim-agent': unknown protocol 'sim-evaluator'"):
+        load_study(path)
+
+
 def test_a_bad_corpus_line_is_named_under_the_corpus_field(tmp_path, capsys):
     corpus = tmp_path / "c.jsonl"
     corpus.write_text('{"id": "x", "url": "u", "title": "t"}\n')

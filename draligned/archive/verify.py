@@ -1,23 +1,36 @@
-"""Recompute every hash in an archive and name each missing or altered file."""
+"""Recompute every hash in an archive and name each missing or altered file.
+
+The archive checks its own files (blobs and run records); every other concept's files are checked
+by the verify of the :class:`~draligned.archive.tables.ArchiveTables` it supplies.
+"""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import duckdb
 from pydantic import ValidationError
 
 from draligned.archive.store import Archive
+from draligned.archive.tables import ArchiveTables
 from draligned.hashing import sha256_bytes, sha256_json
 from draligned.records import RunRecord
 
 
-def verify_archive(archive: Archive) -> list[str]:
-    """Return one problem line per missing or altered file; empty when the archive is intact."""
-    problems: list[str] = []
+def verify_archive(archive: Archive, tables: Sequence[ArchiveTables]) -> list[str]:
+    """One problem line per missing or altered file, over the files of every supplier (sorted);
+    empty when the archive is intact."""
     if not archive.root.exists():
         return [f"{archive.root}: archive does not exist"]
+    return sorted({line for supplier in tables for line in supplier.verify(archive)})
+
+
+def verify_records(archive: Archive) -> list[str]:
+    """Altered blobs, unreadable or altered run records, missing blobs they reference and missing
+    run record files."""
+    problems: list[str] = []
     for sha in archive.blob_shas():
         path = archive.blob_path(sha)
         actual = sha256_bytes(path.read_bytes())
@@ -30,11 +43,7 @@ def verify_archive(archive: Archive) -> list[str]:
         for sha, kind in record.blob_refs() + [(e, "final") for e in [record.final_blob] if e]:
             if not archive.blob_path(sha).exists():
                 problems.append(f"{archive.blob_path(sha)}: missing {kind} blob referenced by {path.name}")
-    problems += _missing_records(archive)
-    from draligned.evaluator.storage import verify_reads  # the evaluator depends on the archive
-
-    problems += verify_reads(archive)
-    return sorted(set(problems))
+    return problems + _missing_records(archive)
 
 
 def _check_record(path: Path, problems: list[str]) -> RunRecord | None:

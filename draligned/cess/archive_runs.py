@@ -13,13 +13,14 @@ with λ = :data:`ARCHIVE_LAMBDA` (the default of ``cess estimate``) and the pool
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from draligned.archive import Archive
+from draligned.archive.tables import ArchiveTables, Rows
 from draligned.cess.estimators import PoolEstimates, trajectory_estimates
 from draligned.cess.trajectory import Trajectory, TrajectoryPool, TrajectoryRound
 from draligned.records import PoolRoundEvent, RunRecord
@@ -168,6 +169,15 @@ def cess_rows(runs: list[PoolRun], lam: float = ARCHIVE_LAMBDA) -> list[CessRun]
             support_upper=None if support is None else support[1],
         ))
     return rows
+
+
+def _cess_tables(archive: Archive, records: Sequence[RunRecord]) -> Rows:
+    """The ``cess_runs`` rows of the sealed pool runs among ``records``."""
+    return {"cess_runs": [tuple(row.model_dump().values()) for row in cess_rows(pool_runs(archive, records))]}
+
+
+CESS_TABLES = ArchiveTables(name="cess", ddl=CESS_RUNS_DDL, rows=_cess_tables)
+"""Per-run CESS pool estimates (``cess_runs``), derived from the pool events and blobs; no files of its own."""
 
 
 def export_trajectories(archive: Archive, out: Path) -> int:

@@ -11,8 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from draligned.archive import Archive, ArchiveError
-from draligned.archive.index import connect, rebuild_index
-from draligned.archive.verify import verify_archive
+from draligned.indexing import connect, rebuild, verify
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -48,7 +47,7 @@ def _clean_errors(func):
 
 def cmd_verify(args: argparse.Namespace) -> int:
     archive = Archive(args.archive)
-    problems = verify_archive(archive)
+    problems = verify(archive)
     for line in problems:
         print(line, file=sys.stderr)
     if problems:
@@ -60,7 +59,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_reindex(args: argparse.Namespace) -> int:
-    print(rebuild_index(Archive(args.archive)))
+    print(rebuild(Archive(args.archive)))
     return 0
 
 
@@ -79,7 +78,7 @@ def stats(archive: Archive) -> dict:
             total = con.execute(query.format(group="", by="")).fetchone()
             per_model = con.execute(query.format(group="model,", by="GROUP BY model ORDER BY model")).fetchall()
     except duckdb.BinderException:  # an index built by an older version: rebuild it from the files
-        rebuild_index(archive)
+        rebuild(archive)
         return stats(archive)
     keys = ("runs", "completed_runs", *TOTALS, "cost_usd")
 

@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 
 from draligned.archive import Archive
-from draligned.archive.index import connect
 from draligned.cess.archive_runs import ARCHIVE_LAMBDA, CessRun, export_trajectories
 from draligned.cess.pairs import Interval, PairsReport, arm_summaries, pairs_report
 from draligned.cli.cess import _positive_int, _table
+from draligned.indexing import connect
 
 ESTIMANDS_NOTE = (
     "Two different estimands (CESS paper, Theorem 2): dOpened = P - Q Opened Mean is a paired\n"

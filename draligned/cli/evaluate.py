@@ -12,7 +12,6 @@ from typing import Literal
 from rich.console import Console
 from rich.table import Table
 
-from draligned.archive.index import rebuild_index
 from draligned.archive.store import Archive, ArchiveError
 from draligned.evaluator.aggregate import STATES
 from draligned.evaluator.agreement import between_evaluators, between_reads
@@ -22,6 +21,7 @@ from draligned.evaluator.reading import PHASES, ReadSummary, read_archive
 from draligned.evaluator.review import export_sheet, import_answers
 from draligned.evaluator.states import PairCell, document_order, pair_cells, pair_matrix, state_rows
 from draligned.evaluator.storage import ReadStore
+from draligned.indexing import rebuild
 from draligned.models import ModelError
 
 _PHASE_ALIASES: dict[str, Phase] = {"requests": "requests", "drafts": "draft", "draft": "draft", "final": "final"}
@@ -69,7 +69,7 @@ def parse_phases(text: str) -> list[Phase]:
 def run_read(archive: Archive, evaluator_file: str | Path, phases: tuple[Phase, ...] = PHASES) -> ReadSummary:
     """Read and reindex; raises EvaluatorError, ArchiveError or ModelError."""
     summary = asyncio.run(read_archive(archive, load_evaluator(evaluator_file), phases))
-    rebuild_index(archive)
+    rebuild(archive)
     return summary
 
 

@@ -7,7 +7,8 @@ import sys
 from pathlib import Path
 
 from draligned.analysis.plan import PlanError, load_plan
-from draligned.archive import ArchiveError
+from draligned.archive import Archive, ArchiveError
+from draligned.indexing import ensure
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEMO_PLAN = REPO_ROOT / "analysis" / "demo.toml"
@@ -34,6 +35,7 @@ def make_report(archive: str | Path, plan_path: str | Path, evaluator: str, out:
     from draligned.analysis.render import write_report
 
     loaded = load_plan(plan_path)
+    ensure(Archive(archive))  # the report reads the index; an archive without one gets it built
     report = build_report(archive, loaded, evaluator)
     if show_sql:
         for q in dict.fromkeys(report.queries):

@@ -12,14 +12,13 @@ from rich.markup import escape
 from rich.table import Table
 
 from draligned.archive import Archive, ArchiveError
-from draligned.archive.index import rebuild_index
-from draligned.archive.verify import verify_archive
 from draligned.cards import CardError
 from draligned.cli.evaluate import print_pair_matrix, run_read
 from draligned.cli.report import DEMO_PLAN, make_report
 from draligned.evaluator.config import load_evaluator
 from draligned.evaluator.states import pair_cells, state_rows
 from draligned.harness import ContractError
+from draligned.indexing import rebuild, verify
 from draligned.models import ModelError
 from draligned.models.cache import CACHE_MODES
 from draligned.runner import StudyResult, run_study
@@ -58,7 +57,7 @@ def _execute(study_path: Path, archive: str | Path | None, cache: str | None = N
         except KeyboardInterrupt:
             archive = Archive(study.archive_root)
             if archive.root.is_dir():
-                rebuild_index(archive)  # so ls/stats show the interrupted attempts
+                rebuild(archive)  # so ls/stats show the interrupted attempts
             console.print(f"interrupted: finished runs are kept in {escape(str(archive.root))}; run the same "
                           f"command again to resume (interrupted runs are rerun as new attempts)", soft_wrap=True)
             return 130, None
@@ -99,7 +98,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if result is None:
         return code
     # A rerun into an existing directory must not report over a damaged archive, whichever file was hit.
-    if problems := verify_archive(result.archive):
+    if problems := verify(result.archive):
         print("\n".join(problems) + f"\nerror: the archive is damaged ({len(problems)} problem(s)), so it was "
               f"not read and {out / 'report'} was not (re)written", file=sys.stderr)
         return 2

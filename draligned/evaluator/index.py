@@ -7,14 +7,15 @@ documents per axis, and request labels), states (one row per run, phase, documen
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
+from typing import Any
 
-import duckdb
-
-from draligned.archive.index import bulk_insert
 from draligned.archive.store import Archive
+from draligned.archive.tables import ArchiveTables, Rows
 from draligned.evaluator.aggregate import read_label
 from draligned.evaluator.states import state_rows
-from draligned.evaluator.storage import ReadStore
+from draligned.evaluator.storage import ReadStore, verify_reads
+from draligned.records import RunRecord
 
 SCHEMA = """
 CREATE TABLE packets (evaluator_id TEXT, packet_id TEXT, run_id TEXT, phase TEXT, document TEXT,
@@ -30,30 +31,35 @@ CREATE TABLE states (evaluator_id TEXT, run_id TEXT, card_id TEXT, arm TEXT, see
 """
 
 
-def add_evaluator_tables(con: duckdb.DuckDBPyConnection, archive: Archive) -> None:
-    """Create and fill the evaluator tables for every evaluator that has read the archive."""
-    con.execute(SCHEMA)
+def evaluator_rows(archive: Archive, records: Sequence[RunRecord]) -> Rows:
+    """The evaluator tables' rows for every evaluator that has read the archive, evaluator by evaluator."""
+    tables: dict[str, list[tuple[Any, ...]]] = {t: [] for t in ("packets", "reads", "items", "labels", "states")}
     for eid in ReadStore.evaluator_ids(archive):
         store = ReadStore(archive, eid)
         manifests = store.manifests()
         reads = store.reads()
         axes = {m.packet_id: m.axes for m in manifests}
-        bulk_insert(con, "packets", [(eid, m.packet_id, m.run_id, m.phase, m.document, m.chunk, m.read,
-                                  m.alpha_is_p, m.kind, m.template_sha256, json.dumps(m.blocked) if m.blocked else None)
-                                 for m in manifests])
-        bulk_insert(con, "reads", [(eid, r.packet_id, r.status, r.error, r.raw_response_blob, r.text_blob,
-                                r.usage.output_tokens) for r in reads.values()])
-        bulk_insert(con, "items", [(eid, r.packet_id, n, i.axis_id, i.kind, i.status, i.side,
-                                json.dumps(i.source_ids), i.entity_key, i.condition_status)
-                               for r in reads.values() for n, i in enumerate(r.items)])
-        labels = [(eid, r.packet_id, lab.axis_id, lab.request_id, lab.side, None, None, None, None)
-                  for r in reads.values() for lab in r.labels]
+        tables["packets"] += [(eid, m.packet_id, m.run_id, m.phase, m.document, m.chunk, m.read, m.alpha_is_p,
+                               m.kind, m.template_sha256, json.dumps(m.blocked) if m.blocked else None)
+                              for m in manifests]
+        tables["reads"] += [(eid, r.packet_id, r.status, r.error, r.raw_response_blob, r.text_blob,
+                             r.usage.output_tokens) for r in reads.values()]
+        tables["items"] += [(eid, r.packet_id, n, i.axis_id, i.kind, i.status, i.side,
+                             json.dumps(i.source_ids), i.entity_key, i.condition_status)
+                            for r in reads.values() for n, i in enumerate(r.items)]
+        tables["labels"] += [(eid, r.packet_id, lab.axis_id, lab.request_id, lab.side, None, None, None, None)
+                             for r in reads.values() for lab in r.labels]
         for r in reads.values():
             if r.status == "OK" and not r.labels:
                 for axis in axes.get(r.packet_id, []):
                     rl = read_label(r.items, axis)
-                    labels.append((eid, r.packet_id, axis, None, rl.label, rl.basis, rl.p, rl.q, rl.neither))
-        bulk_insert(con, "labels", labels)
-        bulk_insert(con, "states", [(eid, s.run_id, s.card_id, s.arm, s.seed, s.phase, s.document, s.axis_id,
-                                 s.assigned, s.decision.state, s.decision.reason, s.decision.label)
-                                for s in state_rows(archive, eid)])
+                    tables["labels"].append((eid, r.packet_id, axis, None, rl.label, rl.basis, rl.p, rl.q,
+                                             rl.neither))
+        tables["states"] += [(eid, s.run_id, s.card_id, s.arm, s.seed, s.phase, s.document, s.axis_id,
+                              s.assigned, s.decision.state, s.decision.reason, s.decision.label)
+                             for s in state_rows(archive, eid)]
+    return tables
+
+
+EVALUATOR_TABLES = ArchiveTables(name="evaluator", ddl=SCHEMA, rows=evaluator_rows, verify=verify_reads)
+"""Every evaluator's packets, reads and states: the tables above and the files under ``ARCHIVE/reads/``."""

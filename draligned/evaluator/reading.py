@@ -30,10 +30,14 @@ from draligned.evaluator.packets import (
     request_units,
 )
 from draligned.evaluator.storage import ReadRecord, ReadStore
-from draligned.models.base import ModelAPI, get_model
+from draligned.models.base import PROTOCOLS, ModelAPI, get_model
 from draligned.records import Message, RunRecord
 
 PHASES: tuple[Phase, ...] = ("requests", "draft", "final")
+
+EVALUATOR_PROTOCOLS: dict[str, str] = {**PROTOCOLS, "sim-evaluator": "draligned.evaluator.sim:SimEvaluator"}
+"""Protocols an evaluator file may declare: the agent models' and the evaluator's offline simulator
+(registered here, where the evaluator lives, so a study cannot declare it; imported only when used)."""
 
 
 class ReadSummary(BaseModel):
@@ -153,7 +157,7 @@ async def read_archive(archive: Archive, evaluator: Evaluator, phases: Iterable[
             todo.setdefault(p.manifest.packet_id, p)  # identical prompts are read once
     if not todo:
         return summary
-    model = model or get_model(evaluator.declaration())
+    model = model or get_model(evaluator.declaration(), EVALUATOR_PROTOCOLS)
     sem = asyncio.Semaphore(evaluator.spec.concurrency)
 
     async def guarded(p: Packet) -> None:

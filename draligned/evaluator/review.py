@@ -15,9 +15,10 @@ import json
 from collections import defaultdict
 from typing import Literal, cast
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, TypeAdapter
 
 from draligned.archive.store import Archive, write_once
+from draligned.archive.tables import ArchiveTables
 from draligned.evaluator.agreement import Agreement, cohen
 from draligned.evaluator.orientation import ShownSide, restore
 from draligned.evaluator.packets import paragraphs
@@ -52,11 +53,16 @@ class KeyEntry(_Model):
     """The instrument's answer restored to P_SIDE/Q_SIDE/BOTH/NEITHER/UNKNOWN."""
 
 
-class ReviewReport(_Model):
-    """Agreement of imported answers with the instrument and between reviewers."""
+class AnswersImport(_Model):
+    """An import of answer files (``reviews/<evaluator_id>/imports/<sha256>.json``)."""
 
     answers_blobs: list[str]
     """sha256 of each imported answer file."""
+
+
+class ReviewReport(AnswersImport):
+    """Agreement of imported answers with the instrument and between reviewers."""
+
     with_instrument: dict[str, Agreement]
     """Per reviewer: exact agreement (and kappa) with the instrument."""
     between_reviewers: Agreement | None
@@ -125,7 +131,7 @@ def import_answers(archive: Archive, evaluator_id: str, texts: list[str]) -> Rev
         keys.update({k["item_id"]: KeyEntry.model_validate(k) for k in json.loads(path.read_text())})
     blobs = [archive.put_blob(t) for t in texts]
     write_once(archive.root / "reviews" / evaluator_id / "imports" / f"{sha256_text('|'.join(blobs))}.json",
-               (json.dumps({"answers_blobs": blobs}, indent=1) + "\n").encode())
+               (json.dumps(AnswersImport(answers_blobs=blobs).model_dump(), indent=1) + "\n").encode())
     by_reviewer: dict[str, dict[str, str]] = defaultdict(dict)
     for text in texts:
         for row in _read_answers(text):
@@ -143,3 +149,31 @@ def import_answers(archive: Archive, evaluator_id: str, texts: list[str]) -> Rev
         common = sorted(set(a) & set(b))
         between = cohen([a[i] for i in common], [b[i] for i in common], f"{ra} vs {rb}")
     return ReviewReport(answers_blobs=blobs, with_instrument=with_instrument, between_reviewers=between)
+
+
+_KEY_FILE = TypeAdapter(list[KeyEntry])
+
+
+def verify_reviews(archive: Archive) -> list[str]:
+    """Problems in the review files: unreadable sheet keys or imports, missing answer blobs (blob
+    contents themselves are checked by ``archive verify``)."""
+    problems: list[str] = []
+    base = archive.root / "reviews"
+    for path in sorted(base.glob("*/*.key.json")):
+        try:
+            _KEY_FILE.validate_json(path.read_bytes())
+        except ValueError as exc:
+            problems.append(f"{path}: unreadable review key ({str(exc).splitlines()[0]})")
+    for path in sorted(base.glob("*/imports/*.json")):
+        try:
+            imported = AnswersImport.model_validate_json(path.read_bytes())
+        except ValueError as exc:
+            problems.append(f"{path}: unreadable AnswersImport ({str(exc).splitlines()[0]})")
+            continue
+        problems += [f"{archive.blob_path(s)}: missing answers blob referenced by {path}"
+                     for s in imported.answers_blobs if not archive.blob_path(s).exists()]
+    return problems
+
+
+REVIEW_FILES = ArchiveTables(name="reviews", verify=verify_reviews)
+"""Review sheet keys and answer imports under ``ARCHIVE/reviews/`` (no index tables)."""

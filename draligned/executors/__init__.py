@@ -1,6 +1,6 @@
 """Executors run one agent context (or a root and its workers) through a frozen harness contract."""
 
-from draligned.executors.base import Budget, Executor, Ledger, RunSetup, RunWriter
+from draligned.executors.base import Budget, Executor, Ledger, RunSetup
 from draligned.executors.h00 import H00Executor
 from draligned.executors.hd import HDExecutor
 from draligned.executors.hw import HWExecutor
@@ -22,4 +22,4 @@ def executor_for(harness: str) -> type[Executor]:
 
 
 __all__ = ["EXECUTORS", "Budget", "Executor", "H00Executor", "HDExecutor", "HWExecutor", "Ledger", "RunSetup",
-           "RunWriter", "UnknownHarness", "executor_for"]
+           "UnknownHarness", "executor_for"]

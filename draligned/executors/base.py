@@ -1,4 +1,4 @@
-"""What every executor shares: the budget ledger, the run writer and the tool-call loop.
+"""What every executor shares: the budget ledger, the run setup and the tool-call loop.
 
 The loop implements the contract rules that do not depend on the harness's tools:
 a text-only reply is a natural final; when the budget ends no extra call is made and no
@@ -10,7 +10,6 @@ worker context's text-only reply is returned to its caller instead of becoming t
 
 from __future__ import annotations
 
-import datetime as dt
 import time
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -19,21 +18,12 @@ from typing import Awaitable, Callable, ClassVar, Literal, Protocol
 import jsonschema
 from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
 
-from draligned.archive import Archive
+from draligned.archive.writer import RunWriter
 from draligned.harness import LoadedContract
 from draligned.models import ModelAPI, ModelError
-from draligned.records import (
-    Counters, DelegateEvent, DraftEvent, FinalEvent, Message, ModelAttempt, ModelAttemptEvent,
-    ModelCallEvent, ModelReply, NoticeEvent, RunRecord, RunStatus, SnapshotEvent, ToolCall, ToolCallEvent,
-    ToolSpec, WorkerRun,
-)
+from draligned.records import Message, ModelReply, RunRecord, RunStatus, ToolCall, ToolCallEvent, ToolSpec
 from draligned.tools.acquisition import AcquisitionTools, SearchBackend
 from draligned.tools.errors import ToolError
-
-
-def utcnow() -> str:
-    """UTC timestamp in ISO format (seconds)."""
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
 class Budget(BaseModel):
@@ -94,113 +84,12 @@ class Ledger:
         return self.record.counters.tool_calls < self.budget.max_tool_calls
 
 
-def next_event_id(record: RunRecord) -> str:
-    """The id of the next event appended to ``record`` (e0001, e0002, ...). Derived from the
-    record, so tools that log their own events (pool search) keep one sequence with the writer."""
-    return f"e{len(record.events) + 1:04d}"
-
-
-class RunWriter:
-    """Builds a run record event by event, putting every text in the archive as a blob."""
-
-    def __init__(self, archive: Archive, record: RunRecord) -> None:
-        self.archive = archive
-        self.record = record
-
-    def _event_id(self) -> str:
-        return next_event_id(self.record)
-
-    def start(self) -> None:
-        """Write the started marker (kept even if the run is interrupted)."""
-        self.archive.write_started(self.record)
-
-    def attempts(self, attempts: list[ModelAttempt], role: str = "executor") -> None:
-        """Record failed attempts of a model call (retried, or the one that ended it)."""
-        for a in attempts:
-            self.record.events.append(ModelAttemptEvent(event_id=self._event_id(), role=role, attempt=a))
-        self.record.counters.failed_attempts += len(attempts)
-
-    def model_call(self, reply: ModelReply, role: str = "executor", violations: list[str] | None = None,
-                   cost_usd: float | None = None) -> ModelCallEvent:
-        """Record a reply (after its failed attempts) with its check violations and cost."""
-        self.attempts(reply.attempts, role)
-        body = reply.request_body
-        fields = {k: v for k, v in body.items() if k not in ("messages", "tools", "input", "system")}
-        ev = ModelCallEvent(
-            event_id=self._event_id(), role=role,
-            request_blob=self.archive.put_json_blob(body),
-            response_blob=self.archive.put_blob(reply.raw_response),
-            request_fields=fields, model_echo=reply.model_echo, finish_reason=reply.finish_reason,
-            usage=reply.usage, latency_s=round(reply.latency_s, 6),
-            n_tool_calls=len(reply.tool_calls), anomalies=reply.anomalies,
-            violations=violations or [], cache_hit=reply.cache_hit, cost_usd=cost_usd,
-        )
-        c = self.record.counters
-        c.model_calls += 1
-        c.usage = c.usage + reply.usage
-        c.cache_hits += int(reply.cache_hit)
-        if cost_usd is not None:
-            c.cost_usd = round((c.cost_usd or 0.0) + cost_usd, 8)
-        self.record.events.append(ev)
-        return ev
-
-    def tool_call(self, call: ToolCall, text: str, error: str | None, request_text: str | None,
-                  role: str = "executor") -> ToolCallEvent:
-        ev = ToolCallEvent(
-            event_id=self._event_id(), role=role, call_id=call.id, tool=call.name,
-            request_text=request_text, arguments_blob=self.archive.put_blob(call.raw_arguments),
-            return_blob=self.archive.put_blob(text), return_chars=len(text), error=error,
-        )
-        self.record.counters.tool_calls += 1
-        self.record.events.append(ev)
-        return ev
-
-    def draft(self, text: str, tool_event: str) -> DraftEvent:
-        self.record.counters.drafts += 1
-        ev = DraftEvent(event_id=self._event_id(), version=self.record.counters.drafts,
-                        blob=self.archive.put_blob(text), chars=len(text), tool_event=tool_event)
-        self.record.events.append(ev)
-        return ev
-
-    def final(self, text: str, delivered_by: str) -> FinalEvent:
-        ev = FinalEvent(event_id=self._event_id(), blob=self.archive.put_blob(text), chars=len(text),
-                        delivered_by=delivered_by)
-        self.record.events.append(ev)
-        self.record.final_blob = ev.blob
-        return ev
-
-    def notice(self, code: str, detail: str) -> None:
-        self.record.events.append(NoticeEvent(event_id=self._event_id(), code=code, detail=detail))
-
-    def snapshot(self, role: str, tool_event: str, manifest: dict, changed: dict[str, str | None],
-                 files: int, size: int) -> SnapshotEvent:
-        """Record a workspace snapshot whose manifest (path -> blob sha256) is stored as a blob."""
-        ev = SnapshotEvent(event_id=self._event_id(), role=role, tool_event=tool_event,
-                           manifest_blob=self.archive.put_json_blob(manifest), changed=changed,
-                           files=files, bytes=size)
-        self.record.events.append(ev)
-        return ev
-
-    def delegate(self, tool_event: str, workers: list[WorkerRun]) -> DelegateEvent:
-        """Link a delegate_batch tool call to its workers' transcripts."""
-        ev = DelegateEvent(event_id=self._event_id(), tool_event=tool_event, workers=workers)
-        self.record.events.append(ev)
-        return ev
-
-    def finish(self, status: RunStatus, reason: str | None = None) -> RunRecord:
-        """Seal and write the final record."""
-        self.record.status = status
-        self.record.status_reason = reason
-        self.record.ended_at = utcnow()
-        return self.archive.write_record(self.record)
-
-
 @dataclass
 class RunSetup:
     """Everything an executor needs for one run."""
 
-    archive: Archive
-    record: RunRecord
+    writer: RunWriter
+    """The run's one writer (its archive and record); the run's search backend logs through it too."""
     contract: LoadedContract
     model: ModelAPI
     system_prompt: str
@@ -211,7 +100,7 @@ class RunSetup:
     """The budget over this run's record (built here, so it can only count this record)."""
 
     def __post_init__(self) -> None:
-        self.ledger = Ledger(self.budget, self.record)
+        self.ledger = Ledger(self.budget, self.writer.record)
 
 
 class Executor(Protocol):
@@ -379,8 +268,3 @@ class Loop:
             self.writer.final(outcome.final, outcome.final_by)
         self.messages.append(Message(role="tool", content=outcome.text, tool_call_id=call.id, name=call.name))
         return outcome
-
-
-def new_record(**fields: object) -> RunRecord:
-    """A run record in status ``started`` with zeroed counters."""
-    return RunRecord(status="started", started_at=utcnow(), counters=Counters(), **fields)

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from draligned.executors.base import (
-    Executor, Loop, RunSetup, RunWriter, ToolOutcome, acquisition_handlers, harness_error,
-)
+from draligned.executors.base import Executor, Loop, RunSetup, ToolOutcome, acquisition_handlers, harness_error
 from draligned.records import Message, RunRecord
 from draligned.tools.acquisition import AcquisitionTools, SearchBackend
 
@@ -28,7 +26,7 @@ class H00Executor(Executor):
 
     async def run(self) -> RunRecord:
         s = self.setup
-        writer = RunWriter(s.archive, s.record)
+        writer = s.writer
         writer.start()
         loop = Loop(
             setup=s, writer=writer, tools=s.contract.contract.tools,

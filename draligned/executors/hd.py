@@ -64,7 +64,7 @@ class HDExecutor(HWExecutor):
                 break
             run = await self._worker(task["assignment"], files)
             runs.append(run)
-            reply = self.setup.archive.get_text(run.reply_blob) if run.reply_blob else \
+            reply = self.setup.writer.archive.get_text(run.reply_blob) if run.reply_blob else \
                 f"(no reply: {run.status_reason})"
             replies.append(self.contract.returns["worker_reply"].format(
                 index=i, count=len(tasks), status=run.status, reply=reply))
@@ -94,7 +94,7 @@ class HDExecutor(HWExecutor):
                                            max_mb=self.contract.workspace_limits().snapshot_mb),
                     records_final=False)
         result = await loop.run()
-        archive = self.setup.archive
+        archive = self.setup.writer.archive
         return WorkerRun(
             worker=role, assignment_blob=archive.put_blob(assignment), input_files=list(files),
             status=result.status, status_reason=result.reason,

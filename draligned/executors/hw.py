@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import shutil
 
-from draligned.executors.base import (
-    Executor, Handler, Loop, RunSetup, RunWriter, ToolOutcome, acquisition_handlers, harness_error,
-)
+from draligned.archive.writer import RunWriter
+from draligned.executors.base import Executor, Handler, Loop, RunSetup, ToolOutcome, acquisition_handlers, harness_error
 from draligned.harness import Contract
 from draligned.records import Message, RunRecord, ToolCallEvent
 from draligned.sandbox import SandboxLimits, new_workspace, run_in_sandbox, sandbox_uid
@@ -121,7 +120,7 @@ class HWExecutor(Executor):
         self.setup = setup
         self.backend = backend
         self.contract = setup.contract.contract
-        self.writer = RunWriter(setup.archive, setup.record)
+        self.writer = setup.writer
         self.workspace = Workspace(new_workspace(), owner=sandbox_uid())
         self.tools = WorkspaceTools(self.contract, backend, self.workspace)
         self.snapshot = Snapshotter(self.writer, self.workspace, "executor", drafts=True,

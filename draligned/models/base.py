@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -19,13 +20,13 @@ from draligned.models.pricing import Price
 from draligned.models.retry import RetryPolicy
 from draligned.records import Message, ModelAttempt, ModelReply, ToolSpec
 
-#: protocol name -> "module:Class"; imported only when a study uses the protocol.
+#: protocol name -> "module:Class" of the agent models; imported only when a study uses the protocol.
+#: Other registries (the evaluator's simulator) extend it where they live and pass it to ``get_model``.
 PROTOCOLS: dict[str, str] = {
     "sim": "draligned.models.sim:SimAgent",
     "openai-chat": "draligned.models.openai_chat:OpenAIChat",
     "openai-responses": "draligned.models.openai_responses:OpenAIResponses",
     "anthropic": "draligned.models.anthropic_messages:AnthropicMessages",
-    "sim-evaluator": "draligned.evaluator.sim:SimEvaluator",
 }
 
 #: Request fields sent unless a model declaration overrides or omits them (paper Table 12).
@@ -101,13 +102,13 @@ class ModelAPI(ABC):
         """Raise ModelError if the model cannot be called (e.g. its key is missing); before a study."""
 
 
-def get_model(declaration: ModelDeclaration) -> ModelAPI:
-    """Instantiate the provider for a declaration, importing its module only now."""
-    target = PROTOCOLS.get(declaration.protocol)
+def get_model(declaration: ModelDeclaration, protocols: Mapping[str, str] = PROTOCOLS) -> ModelAPI:
+    """Instantiate the provider for a declaration from ``protocols``, importing its module only now."""
+    target = protocols.get(declaration.protocol)
     if target is None:
         raise ModelError(
             f"model {declaration.name!r}: unknown protocol {declaration.protocol!r} "
-            f"(known: {', '.join(sorted(PROTOCOLS))})"
+            f"(known: {', '.join(sorted(protocols))})"
         )
     module_name, cls_name = target.split(":")
     try:

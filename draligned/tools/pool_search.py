@@ -4,9 +4,9 @@ A study's ``[search]`` table selects the backend. With ``backend = "pool"`` ever
 its own :class:`PoolSearchBackend`: each ``search(query)`` asks the CESS
 :class:`~draligned.cess.pool.PoolController` for a probability vector over the whole pool
 (query relevance, ranking tilt, repetition penalty, ε share), samples ONE document with
-common random numbers, appends a :class:`~draligned.records.PoolRoundEvent` to the run
-record and returns that document as a one-result list, so the result block, ``read(url)``
-and the simulated agent work unchanged.
+common random numbers, logs a :class:`~draligned.records.PoolRoundEvent` through the run's
+writer (the one the executor writes with) and returns that document as a one-result list, so
+the result block, ``read(url)`` and the simulated agent work unchanged.
 
 Adaptive stopping (Eq. 5): every search call is a step the agent wants to take; its
 *wish* is read from what it did since the previous search. A draft saved in between
@@ -15,7 +15,7 @@ write up — otherwise a wish to continue. The controller turns the wish into c_
 or 0.10 (defaults), samples the decision with its own common random number and logs it.
 After a sampled stop, or once K documents were opened, searches answer
 :data:`SPENT_MESSAGE`. An agent that ends its run on its own before that leaves an
-unlogged stop; such runs are flagged (``ended_by = "agent"``) by :mod:`draligned.cess.runs`.
+unlogged stop; such runs are flagged (``ended_by = "agent"``) by :mod:`draligned.cess.archive_runs`.
 """
 
 from __future__ import annotations
@@ -27,9 +27,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from draligned.archive import Archive
+from draligned.archive.writer import RunWriter
 from draligned.cess.pool import ControllerConfig, PoolController, PoolIndex
-from draligned.executors.base import next_event_id
 from draligned.hashing import sha256_json
 from draligned.records import DraftEvent, PoolRoundEvent, RunRecord, SearchCondition, Slot
 from draligned.tools.acquisition import SearchBackend, SearchSpent
@@ -103,38 +102,33 @@ def _wish_stop(record: RunRecord) -> bool:
 
 
 class PoolSearchBackend:
-    """The search backend of ONE run over one pool; logs every round into the run record."""
+    """The search backend of ONE run over one pool; logs every round through the run's writer."""
 
-    def __init__(self, pool: LoadedPool, controller: PoolController, archive: Archive,
-                 record: RunRecord) -> None:
-        self.pool, self.controller, self.archive, self.record = pool, controller, archive, record
+    def __init__(self, pool: LoadedPool, controller: PoolController, writer: RunWriter) -> None:
+        self.pool, self.controller, self.writer = pool, controller, writer
         self.sha256 = pool.sha256
-        self.pool_blob = archive.put_blob(pool.path.read_bytes())
+        self.pool_blob = writer.archive.put_blob(pool.path.read_bytes())
         if self.pool_blob != pool.sha256:
             raise ValueError(f"{pool.path}: pool file changed while the study was running")
         self._opened: dict[str, CorpusDocument] = {}
-
-    def _log(self, **fields: object) -> None:
-        self.record.events.append(PoolRoundEvent(
-            event_id=next_event_id(self.record), pool_blob=self.pool_blob,
-            budget=self.controller.config.budget, **fields))
 
     def search(self, query: str, k: int) -> list[SearchHit]:
         """One controller round: one sampled document, or :class:`SearchSpent` once stopped."""
         if self.controller.done:
             raise SearchSpent(SPENT_MESSAGE)
-        wish = _wish_stop(self.record)
+        wish = _wish_stop(self.writer.record)
         chosen = self.controller.step(query, wish_stop=wish)
+        budget = self.controller.config.budget
         if chosen is None:
             stop = self.controller.stopped
             assert stop is not None  # step returns None only after a sampled stop
-            self._log(round=stop.round, query=query, wish_stop=wish, stop_prob=stop.stop_prob,
-                      u_stop=stop.u_stop)
+            self.writer.pool_round(self.pool_blob, budget, round=stop.round, query=query, wish_stop=wish,
+                                   stop_prob=stop.stop_prob, u_stop=stop.u_stop)
             raise SearchSpent(SPENT_MESSAGE)
-        self._log(round=chosen.round, query=query, wish_stop=wish, stop_prob=chosen.stop_prob,
-                  u_stop=chosen.u_stop, probs_blob=self.archive.put_json_blob(chosen.probs),
-                  chosen=chosen.chosen, p_chosen=chosen.probs[chosen.chosen_index],
-                  u_select=chosen.u_select)
+        self.writer.pool_round(self.pool_blob, budget, round=chosen.round, query=query, wish_stop=wish,
+                               stop_prob=chosen.stop_prob, u_stop=chosen.u_stop, probs=chosen.probs,
+                               chosen=chosen.chosen, p_chosen=chosen.probs[chosen.chosen_index],
+                               u_select=chosen.u_select)
         page = self.pool.documents[chosen.chosen_index].page()
         self._opened[page.url] = page
         return [SearchHit(doc_id=page.id, title=page.title, url=page.url, text=page.text, score=1.0)]
@@ -155,15 +149,15 @@ class StudySearch:
     pools: dict[str, LoadedPool]
     indexes: dict[str, PoolIndex]
 
-    def backend_for(self, slot: Slot, archive: Archive, record: RunRecord) -> SearchBackend:
-        """The corpus, or a fresh logged pool backend for this run's card and cell."""
+    def backend_for(self, slot: Slot, writer: RunWriter) -> SearchBackend:
+        """The corpus, or a fresh logged pool backend for this run's card and cell, logging through ``writer``."""
         cond = slot.search_condition
         if cond is None:
             assert self.corpus is not None
             return self.corpus
         config = self.spec.controller.model_copy(update={"selection": cond.selection, "stopping": cond.stopping})
         controller = PoolController(self.indexes[slot.card_id], config, cond.ranking, pair_seed(slot))
-        return PoolSearchBackend(self.pools[slot.card_id], controller, archive, record)
+        return PoolSearchBackend(self.pools[slot.card_id], controller, writer)
 
 
 def open_search(spec: SearchSpec, corpus_path: Path | None, pool_paths: dict[str, Path]) -> StudySearch:

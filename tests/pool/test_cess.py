@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 
 from draligned.archive import Archive
-from draligned.archive.index import rebuild_index
 from draligned.cess.archive_runs import ARCHIVE_LAMBDA, cess_rows, ended_by, pool_runs
 from draligned.cess.metrics import intervention_effects
 from draligned.cess.pairs import pairs_report
 from draligned.cess.trajectory import load_trajectories
 from draligned.cli import main
 from draligned.cli.cess_archive import load_cess_runs
+from draligned.indexing import rebuild
 from draligned.records import PoolRoundEvent
 
 ESTIMATES = ("opened_mean", "outcome_regression", "ipw_raw", "dr_raw", "cess", "cess_clip_then_shrink",
@@ -44,7 +44,7 @@ def test_export_round_trips_through_the_schema_and_cess_estimate_matches_cess_ru
 def test_rebuild_index_reproduces_cess_runs_from_the_records(pool_archive: Archive):
     before = load_cess_runs(pool_archive)
     (pool_archive.root / "index.duckdb").unlink()
-    rebuild_index(pool_archive)
+    rebuild(pool_archive)
     assert load_cess_runs(pool_archive) == before
     assert cess_rows(pool_runs(pool_archive)) == before
     assert {(r.arm, r.selection, r.stopping) for r in before} == {

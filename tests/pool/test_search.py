@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from draligned.archive import Archive
+from draligned.archive.writer import RunWriter, new_record
 from draligned.cess.pool import ControllerConfig, PoolController, PoolIndex
-from draligned.executors.base import RunWriter, new_record
 from draligned.records import (
     PoolRoundEvent,
     RunRecord,
@@ -94,7 +94,8 @@ def _backend(tmp_path: Path, config: ControllerConfig) -> tuple[PoolSearchBacken
                         card_path="c", protocol="sim", requested_model="m", system_prompt_blob="a",
                         user_message_blob="b", tools_blob="c")
     controller = PoolController(PoolIndex.build(pool.candidates, tokenize), config, "original", pair_seed(slot))
-    return PoolSearchBackend(pool, controller, archive, record), RunWriter(archive, record)
+    writer = RunWriter(archive, record)
+    return PoolSearchBackend(pool, controller, writer), writer
 
 
 def test_a_draft_since_the_last_search_is_a_wish_to_stop_and_a_stop_is_logged(tmp_path: Path):
@@ -107,10 +108,10 @@ def test_a_draft_since_the_last_search_is_a_wish_to_stop_and_a_stop_is_logged(tm
         backend.search("ryokan", 6)
     with pytest.raises(SearchSpent):
         backend.search("again", 6)
-    events = [e for e in backend.record.events if isinstance(e, PoolRoundEvent)]
+    events = [e for e in writer.record.events if isinstance(e, PoolRoundEvent)]
     assert [(e.round, e.wish_stop, e.stop_prob, e.chosen is None) for e in events] == [
         (1, False, 0.0, False), (2, False, 0.0, False), (3, True, 0.999, True)]
-    assert [e.event_id for e in backend.record.events] == ["e0001", "e0002", "e0003", "e0004"]
+    assert [e.event_id for e in writer.record.events] == ["e0001", "e0002", "e0003", "e0004"]
 
 
 def test_only_documents_the_search_returned_can_be_read(tmp_path: Path):
