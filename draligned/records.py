@@ -73,7 +73,7 @@ class Usage(Record):
     cached_tokens: int = 0
     """Prompt tokens served from the provider's cache."""
 
-    def __add__(self, other: "Usage") -> "Usage":
+    def __add__(self, other: Usage) -> Usage:
         return Usage(
             input_tokens=self.input_tokens + other.input_tokens,
             output_tokens=self.output_tokens + other.output_tokens,
@@ -272,6 +272,10 @@ class DraftEvent(RunEvent):
         return EventColumns(blob=self.blob, chars=self.chars, version=self.version)
 
 
+DeliveredBy = Literal["submit_report", "text_reply", "submit_file"]
+"""How a final is delivered: a submit tool (H00's submit_report, H-W/H-D's submit_file) or a text-only reply."""
+
+
 class FinalEvent(RunEvent):
     """The delivered final report."""
 
@@ -280,7 +284,7 @@ class FinalEvent(RunEvent):
     """sha256 of the final text."""
     chars: int
     """Final length in characters."""
-    delivered_by: Literal["submit_report", "text_reply", "submit_file"]
+    delivered_by: DeliveredBy
     """How the final was delivered: a submit tool or a natural text-only reply."""
 
     def blob_refs(self) -> list[tuple[str, str]]:
@@ -528,7 +532,7 @@ class RunRecord(Record):
     record_sha256: str = ""
     """sha256 of the canonical JSON of this record without this field."""
 
-    def sealed(self) -> "RunRecord":
+    def sealed(self) -> RunRecord:
         """A copy with ``record_sha256`` computed over all other fields."""
         body = self.model_dump(mode="json", exclude={"record_sha256"})
         return self.model_copy(update={"record_sha256": sha256_json(body)})

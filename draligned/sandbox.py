@@ -196,6 +196,7 @@ async def run_in_sandbox(workspace: Path, argv: list[str], limits: SandboxLimits
     finally:
         os.close(rfd)
     cap = limits.output_chars * 4
+    assert proc.stdout is not None and proc.stderr is not None  # both are pipes
     reading = asyncio.gather(_read_capped(proc.stdout, cap), _read_capped(proc.stderr, cap), proc.wait())
     timed_out = False
     try:

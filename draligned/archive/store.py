@@ -48,7 +48,7 @@ def write_once(path: Path, data: bytes) -> bool:
             os.link(tmp, path)
         except FileExistsError:
             if path.read_bytes() != data:
-                raise ArchiveError(f"{path}: exists with different bytes; refusing to overwrite")
+                raise ArchiveError(f"{path}: exists with different bytes; refusing to overwrite") from None
             return False
     finally:
         os.unlink(tmp)

@@ -11,8 +11,23 @@ from typing import Any
 
 from draligned.archive.store import Archive
 from draligned.records import (
-    Counters, DelegateEvent, DraftEvent, FinalEvent, ModelAttempt, ModelAttemptEvent, ModelCallEvent, ModelReply,
-    NoticeEvent, PoolRoundEvent, RunRecord, RunStatus, SnapshotEvent, ToolCall, ToolCallEvent, WorkerRun,
+    Counters,
+    DelegateEvent,
+    DeliveredBy,
+    DraftEvent,
+    FinalEvent,
+    ModelAttempt,
+    ModelAttemptEvent,
+    ModelCallEvent,
+    ModelReply,
+    NoticeEvent,
+    PoolRoundEvent,
+    RunRecord,
+    RunStatus,
+    SnapshotEvent,
+    ToolCall,
+    ToolCallEvent,
+    WorkerRun,
 )
 
 
@@ -84,7 +99,7 @@ class RunWriter:
         self.record.events.append(ev)
         return ev
 
-    def final(self, text: str, delivered_by: str) -> FinalEvent:
+    def final(self, text: str, delivered_by: DeliveredBy) -> FinalEvent:
         ev = FinalEvent(event_id=self._event_id(), blob=self.archive.put_blob(text), chars=len(text),
                         delivered_by=delivered_by)
         self.record.events.append(ev)

@@ -11,9 +11,10 @@ worker context's text-only reply is returned to its caller instead of becoming t
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Awaitable, Callable, ClassVar, Literal, Protocol
+from typing import ClassVar, Literal, Protocol
 
 import jsonschema
 from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer

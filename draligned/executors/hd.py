@@ -59,7 +59,7 @@ class HDExecutor(HWExecutor):
         runs: list[WorkerRun] = []
         replies: list[str] = []
         ledger = self.setup.ledger
-        for i, (task, files) in enumerate(zip(tasks, inputs), 1):
+        for i, (task, files) in enumerate(zip(tasks, inputs, strict=True), 1):
             if not (ledger.can_call_model() and ledger.can_call_tool()):
                 break
             run = await self._worker(task["assignment"], files)

@@ -50,11 +50,11 @@ class SearchSpec(BaseModel):
     """``corpus``: BM25 over the study's corpus; ``pool``: logged candidate-pool search."""
     pools: dict[str, str] = Field(default_factory=dict)
     """Pool file per card id (``[search.pools]``), relative to the study file; every card needs one."""
-    selection: list[Literal["agent", "uniform"]] = Field(default_factory=lambda: ["agent"])
+    selection: list[Literal["agent", "uniform"]] = ["agent"]
     """Selection cells to run (a list expands into slots): controller or uniform probabilities."""
-    stopping: list[Literal["fixed", "adaptive"]] = Field(default_factory=lambda: ["fixed"])
+    stopping: list[Literal["fixed", "adaptive"]] = ["fixed"]
     """Stopping cells to run: exactly K searches, or the agent's wish as a sampled decision."""
-    ranking: list[Literal["original", "pro", "anti"]] = Field(default_factory=lambda: ["original"])
+    ranking: list[Literal["original", "pro", "anti"]] = ["original"]
     """Ranking conditions to run: original, supporting-first (pro) or opposing-first (anti)."""
     controller: ControllerConfig = Field(default_factory=ControllerConfig)
     """``[search.controller]``: budget K, ε, temperature, penalties, stop probabilities (0.75 / 0.10)."""
