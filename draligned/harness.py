@@ -7,10 +7,12 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from draligned.data import data_dir
 from draligned.hashing import sha256_bytes
 from draligned.records import ToolSpec
 
-HARNESS_DIR = Path(__file__).resolve().parent.parent / "harnesses"
+HARNESS_DIR = data_dir("harnesses")
+"""The bundled harness contracts (the checkout's ``harnesses/``, shipped in the wheel)."""
 
 
 class ContractError(Exception):

@@ -12,10 +12,9 @@ import fcntl
 import os
 import secrets
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from draligned.archive import Archive
 from draligned.archive.writer import RunWriter, new_record
@@ -40,6 +39,25 @@ class StudyResult:
     skipped: int
     statuses: Counter = field(default_factory=Counter)
     records: list[RunRecord] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class RunProgress:
+    """How far a study's runs are: sent once before the first run ends (``done`` 0) and after each run, so
+    a caller can draw a progress bar (the CLI does) without the runner drawing anything."""
+
+    study: str
+    """The study's name."""
+    total: int
+    """Runs this invocation starts (finished slots are skipped, not counted)."""
+    done: int
+    """Runs ended so far."""
+    record: RunRecord | None = None
+    """The run that just ended; None in the first event."""
+
+
+ProgressCallback = Callable[[RunProgress], None]
+"""Receives every RunProgress of a study run."""
 
 
 def plan_resume(archive: Archive, slots: list[Slot]) -> tuple[list[Slot], dict[str, int]]:
@@ -71,8 +89,8 @@ async def _run_slot(study: Study, archive: Archive, slot: Slot, attempt: int, mo
     return await executor_for(slot.harness)(setup, search.backend_for(slot, writer)).run()
 
 
-async def run_study(study: Study, show_progress: bool = False) -> StudyResult:
-    """Run every unfinished slot of ``study`` with bounded concurrency."""
+async def run_study(study: Study, progress: ProgressCallback | None = None) -> StudyResult:
+    """Run every unfinished slot of ``study`` with bounded concurrency, telling ``progress`` how far it is."""
     archive = Archive(study.archive_root)
     try:
         search = open_search(study.spec.search, study.corpus_path, study.pool_paths)
@@ -100,7 +118,7 @@ async def run_study(study: Study, show_progress: bool = False) -> StudyResult:
         if lock is not None:  # plan again under the lock: another run may have finished slots meanwhile
             todo, attempts = plan_resume(archive, slots)
             result.skipped = len(slots) - len(todo)
-        await _run_todo(study, archive, search, models, todo, attempts, result, show_progress)
+        await _run_todo(study, archive, search, models, todo, attempts, result, progress)
     finally:
         if lock is not None:
             os.close(lock)
@@ -126,7 +144,8 @@ def _lock_archive(archive: Archive) -> int:
 
 
 async def _run_todo(study: Study, archive: Archive, search: StudySearch, models: dict[str, ModelAPI],
-                    todo: list[Slot], attempts: dict[str, int], result: StudyResult, show_progress: bool) -> None:
+                    todo: list[Slot], attempts: dict[str, int], result: StudyResult,
+                    progress: ProgressCallback | None) -> None:
     """Archive the study's provenance files and run the slots still to do, with bounded concurrency."""
     if todo:
         # Provenance: the exact study, card and contract bytes every run names by hash.
@@ -137,16 +156,21 @@ async def _run_todo(study: Study, archive: Archive, search: StudySearch, models:
         for c in study.contracts.values():
             archive.put_blob(c.raw)
     gate = asyncio.Semaphore(study.spec.concurrency)
-    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, disable=not show_progress) as progress:
-        bar = progress.add_task(f"{study.spec.name}: runs", total=len(todo))
+    done = 0
 
-        async def one(slot: Slot) -> RunRecord:
-            async with gate:
-                rec = await _run_slot(study, archive, slot, attempts.get(slot.slot_id, 0) + 1,
-                                      models[slot.model], search)
-            progress.advance(bar)
-            return rec
+    def tell(record: RunRecord | None) -> None:
+        if progress is not None:
+            progress(RunProgress(study=study.spec.name, total=len(todo), done=done, record=record))
 
-        result.records = list(await asyncio.gather(*(one(s) for s in todo)))
+    async def one(slot: Slot) -> RunRecord:
+        nonlocal done
+        async with gate:
+            rec = await _run_slot(study, archive, slot, attempts.get(slot.slot_id, 0) + 1,
+                                  models[slot.model], search)
+        done += 1
+        tell(rec)
+        return rec
+
+    tell(None)
+    result.records = list(await asyncio.gather(*(one(s) for s in todo)))
     result.statuses.update(r.status for r in result.records)

@@ -17,7 +17,7 @@ PACKAGE = ROOT / "draligned"
 
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (  # bottom first: (layer, its parts as module prefixes)
     ("records · hashing · cards · cess estimators",
-     ("draligned", "draligned.records", "draligned.hashing", "draligned.cards", "draligned.harness",
+     ("draligned", "draligned.records", "draligned.hashing", "draligned.data", "draligned.cards", "draligned.harness",
       "draligned.cess")),
     ("archive", ("draligned.archive",)),
     ("models · tools", ("draligned.models", "draligned.tools", "draligned.sandbox")),
@@ -25,7 +25,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (  # bottom first: (layer, its
     ("study · analysis · evaluator · cess on archives",
      ("draligned.study", "draligned.analysis", "draligned.evaluator", "draligned.cess.archive_runs",
       "draligned.cess.pairs")),
-    ("demo · report · runner", ("draligned.indexing", "draligned.runner", "draligned.demo")),
+    ("demo · report · runner", ("draligned.indexing", "draligned.runner", "draligned.workflow", "draligned.demo")),
     ("cli", ("draligned.cli",)),
 )
 """A module belongs to the part with its longest prefix (``draligned`` itself: the package root only)."""

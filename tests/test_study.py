@@ -125,11 +125,11 @@ def test_a_bad_corpus_line_is_named_under_the_corpus_field(tmp_path, capsys):
 
 
 def test_ctrl_c_during_a_study_exits_130_with_a_resume_hint_and_an_index(tmp_path, capsys, monkeypatch):
-    async def interrupted(study, show_progress=False):
+    async def interrupted(study, progress=None):
         Archive(study.archive_root).root.mkdir(parents=True)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("draligned.cli.run.run_study", interrupted)
+    monkeypatch.setattr("draligned.workflow.run_study", interrupted)
     path = write_study(tmp_path, ["travel_budget_en.json"])
     assert main(["run", str(path)]) == 130
     assert "interrupted: finished runs are kept" in capsys.readouterr().err

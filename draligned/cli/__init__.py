@@ -6,9 +6,18 @@ import argparse
 import importlib
 import os
 import sys
+from importlib.metadata import PackageNotFoundError, version
 
 # Each module defines ``register(subparsers)`` and sets ``func`` on its parsers.
 _COMMAND_MODULES = ("cards", "run", "archive", "evaluate", "cess", "report", "sandbox")
+
+
+def package_version() -> str:
+    """The installed distribution's version; a checkout that was never installed says so instead."""
+    try:
+        return version("draligned")
+    except PackageNotFoundError:
+        return "unknown (not installed: running from a source checkout)"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -17,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="draligned",
         description="Counterfactual behavioural evaluation of deep-research agents.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     for name in _COMMAND_MODULES:
         importlib.import_module(f"draligned.cli.{name}").register(sub)

@@ -14,8 +14,6 @@ from draligned.cards import (
     validate_loaded,
 )
 
-DEFAULT_SCHEMA_PATH = Path("factor_cards") / SCHEMA_FILE_NAME
-
 
 def card_paths(paths: list[str]) -> list[Path]:
     """Expand directories to their *.json cards (sorted, without schema.json); files pass through.
@@ -54,9 +52,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
-    """Write the card JSON Schema to --out (default factor_cards/schema.json), or print it for '-'."""
+    """Print the card JSON Schema, or write it to --out (never into the working directory unasked)."""
     text = card_schema_json()
-    if args.out == "-":
+    if args.out in (None, "-"):
         sys.stdout.write(text)
     else:
         out = Path(args.out)
@@ -77,6 +75,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     validate.add_argument("paths", nargs="+", metavar="PATH", help="card file or directory")
     validate.set_defaults(func=cmd_validate)
     schema = cards_sub.add_parser("schema", help="export the card JSON Schema")
-    schema.add_argument("--out", default=str(DEFAULT_SCHEMA_PATH),
-                        help=f"output file (default {DEFAULT_SCHEMA_PATH}); '-' prints to stdout")
+    schema.add_argument("--out", help=f"output file, e.g. factor_cards/{SCHEMA_FILE_NAME} (default or '-': print it)")
     schema.set_defaults(func=cmd_schema)

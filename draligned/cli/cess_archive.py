@@ -11,7 +11,7 @@ from draligned.archive import Archive
 from draligned.cess.archive_runs import ARCHIVE_LAMBDA, CessRun, export_trajectories
 from draligned.cess.pairs import Interval, PairsReport, arm_summaries, pairs_report
 from draligned.cli.cess import _positive_int, _table
-from draligned.indexing import connect
+from draligned.workflow import load_cess_runs
 
 ESTIMANDS_NOTE = (
     "Two different estimands (CESS paper, Theorem 2): dOpened = P - Q Opened Mean is a paired\n"
@@ -19,17 +19,6 @@ ESTIMANDS_NOTE = (
     "compares two estimates of the SAME pool target, near zero by design, and is not an effect.\n"
     "Y: +1 = the card's P endpoint side for every run. CIs: 95% cluster bootstrap over cards."
 )
-
-
-def load_cess_runs(archive: Archive) -> list[CessRun]:
-    """The archive's ``cess_runs`` index table (the index is rebuilt first if missing)."""
-    con = connect(archive)
-    try:
-        cursor = con.execute("SELECT * FROM cess_runs ORDER BY run_id")
-        names = [d[0] for d in cursor.description]
-        return [CessRun(**dict(zip(names, row, strict=True))) for row in cursor.fetchall()]
-    finally:
-        con.close()
 
 
 def _ci(value: Interval | None) -> str | None:

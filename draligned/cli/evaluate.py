@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
 from pathlib import Path
@@ -17,12 +16,11 @@ from draligned.evaluator.aggregate import STATES
 from draligned.evaluator.agreement import between_evaluators, between_reads
 from draligned.evaluator.config import EvaluatorError, load_evaluator
 from draligned.evaluator.packets import Phase
-from draligned.evaluator.reading import PHASES, ReadSummary, read_archive
 from draligned.evaluator.review import export_sheet, import_answers
 from draligned.evaluator.states import PairCell, document_order, pair_cells, pair_matrix, state_rows
 from draligned.evaluator.storage import ReadStore
-from draligned.indexing import rebuild
 from draligned.models import ModelError
+from draligned.workflow import read_and_index
 
 _PHASE_ALIASES: dict[str, Phase] = {"requests": "requests", "drafts": "draft", "draft": "draft", "final": "final"}
 
@@ -66,17 +64,11 @@ def parse_phases(text: str) -> list[Phase]:
         raise SystemExit(f"unknown phase {exc.args[0]!r}; use requests, drafts, final") from None
 
 
-def run_read(archive: Archive, evaluator_file: str | Path, phases: tuple[Phase, ...] = PHASES) -> ReadSummary:
-    """Read and reindex; raises EvaluatorError, ArchiveError or ModelError."""
-    summary = asyncio.run(read_archive(archive, load_evaluator(evaluator_file), phases))
-    rebuild(archive)
-    return summary
-
-
 def cmd_read(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     try:
-        summary = run_read(Archive(args.archive), args.evaluator, tuple(parse_phases(args.phase)))
+        summary = read_and_index(Archive(args.archive), load_evaluator(args.evaluator),
+                                 tuple(parse_phases(args.phase)))
     except (EvaluatorError, ArchiveError, ModelError) as exc:
         console.print(f"[red]error:[/red] {exc}")
         return 2

@@ -3,31 +3,30 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 from rich.console import Console
 from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from draligned.archive import Archive, ArchiveError
-from draligned.cards import CardError
-from draligned.cli.evaluate import print_pair_matrix, run_read
-from draligned.cli.report import DEMO_PLAN, make_report
-from draligned.evaluator.config import load_evaluator
-from draligned.evaluator.states import pair_cells, state_rows
-from draligned.harness import ContractError
-from draligned.indexing import rebuild, verify
-from draligned.models import ModelError
+from draligned.cli.cess_archive import pairs_text, pool_estimates_text
+from draligned.cli.evaluate import print_pair_matrix
+from draligned.demo import DEMO_PLAN, DemoResult, DemoStage, run_demo
 from draligned.models.cache import CACHE_MODES
-from draligned.runner import StudyResult, run_study
-from draligned.study import StudyError, load_study
+from draligned.runner import ProgressCallback, RunProgress, StudyResult
+from draligned.workflow import STUDY_ERRORS, StudyInterrupted, run_study_file
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-DEMO_STUDY = REPO_ROOT / "studies" / "demo.toml"
-DEMO_EVALUATOR = REPO_ROOT / "evaluators" / "sim.toml"
-DEMO_POOL_STUDY = REPO_ROOT / "studies" / "demo_pool.toml"
+T = TypeVar("T")
+
+_STAGE_NOTES = {
+    "read": "Reading the archive with the SIMULATOR evaluator (lexical, offline; not a language model).",
+    "pool": "\ndraligned demo, part 2: logged candidate-pool search (CESS) with the same simulator.",
+}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -43,31 +42,42 @@ def register(sub: argparse._SubParsersAction) -> None:
     d.set_defaults(func=cmd_demo)
 
 
-def _execute(study_path: Path, archive: str | Path | None, cache: str | None = None,
-             cache_dir: str | None = None) -> tuple[int, StudyResult | None]:
-    console = Console(stderr=True)
+@contextmanager
+def _progress_bars(console: Console) -> Iterator[ProgressCallback]:
+    """A callback drawing one rich progress bar per study from the runner's events (on a terminal only)."""
+    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, disable=not console.is_terminal) as progress:
+        bars: dict[str, TaskID] = {}
+
+        def draw(event: RunProgress) -> None:
+            if event.study not in bars:
+                bars[event.study] = progress.add_task(f"{event.study}: runs", total=event.total)
+            progress.update(bars[event.study], completed=event.done)
+
+        yield draw
+
+
+def _guarded(console: Console, work: Callable[[], T]) -> tuple[int, T | None]:
+    """Run a study workflow; its input errors and Ctrl-C become an exit code and a message, not a traceback."""
     try:
-        study = load_study(study_path, archive)
-        if cache:
-            study.spec.cache = cache
-        if cache_dir:
-            study.spec.cache_dir = str(Path(cache_dir).resolve())
-        try:
-            result = asyncio.run(run_study(study, show_progress=console.is_terminal))
-        except KeyboardInterrupt:
-            archive = Archive(study.archive_root)
-            if archive.root.is_dir():
-                rebuild(archive)  # so ls/stats show the interrupted attempts
-            console.print(f"interrupted: finished runs are kept in {escape(str(archive.root))}; run the same "
-                          f"command again to resume (interrupted runs are rerun as new attempts)", soft_wrap=True)
-            return 130, None
-    except (StudyError, CardError, ContractError, ModelError, ArchiveError) as exc:
-        # Not wrapped (paths stay on one line, greppable) and not read as markup ("['p']" is text).
-        console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
+        return 0, work()
+    except StudyInterrupted as exc:
+        console.print(f"interrupted: finished runs are kept in {escape(str(exc.archive_root))}; run the same "
+                      f"command again to resume (interrupted runs are rerun as new attempts)", soft_wrap=True)
+        return 130, None
+    except STUDY_ERRORS as exc:
+        _error(console, str(exc))
         return 2, None
-    _summary(result)
-    failed = result.statuses.get("failed", 0)
-    return (1 if failed else 0), result
+
+
+def _error(console: Console, message: str) -> None:
+    # Not wrapped (paths stay on one line, greppable) and not read as markup ("['p']" is text).
+    console.print(f"[red]error:[/red] {escape(message)}", soft_wrap=True)
+
+
+def _study_code(result: StudyResult) -> int:
+    """1 when some runs failed, else 0."""
+    return 1 if result.statuses.get("failed", 0) else 0
 
 
 def _summary(result: StudyResult) -> None:
@@ -85,59 +95,60 @@ def _summary(result: StudyResult) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    code, _ = _execute(Path(args.study), args.archive, args.cache, args.cache_dir)
-    return code
+    console = Console(stderr=True)
+    with _progress_bars(console) as bars:
+        code, result = _guarded(console, lambda: run_study_file(
+            Path(args.study), args.archive, args.cache, args.cache_dir, bars))
+    if result is None:
+        return code
+    _summary(result)
+    return _study_code(result)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    out = Path(args.out)
-    archive = out / "archive"
+    console = Console(stderr=True)
     print("draligned demo: the agent is the offline SIMULATOR (protocol 'sim'), not a language model.",
           file=sys.stderr)
-    code, result = _execute(DEMO_STUDY, archive)
-    if result is None:
-        return code
-    # A rerun into an existing directory must not report over a damaged archive, whichever file was hit.
-    if problems := verify(result.archive):
-        print("\n".join(problems) + f"\nerror: the archive is damaged ({len(problems)} problem(s)), so it was "
-              f"not read and {out / 'report'} was not (re)written", file=sys.stderr)
+    with _progress_bars(console) as bars:
+
+        def progress(event: DemoStage | RunProgress) -> None:
+            if isinstance(event, DemoStage):
+                console.print(_STAGE_NOTES[event.stage], markup=False, highlight=False, soft_wrap=True)
+            else:
+                bars(event)
+
+        code, result = _guarded(console, lambda: run_demo(Path(args.out), progress))
+    return code if result is None else _print_demo(result)
+
+
+def _print_demo(result: DemoResult) -> int:
+    """Print what the demo did and where everything is; returns the exit code."""
+    _summary(result.study)
+    archive, report_dir, reading = result.archive.root, result.report_dir, result.reading
+    if result.problems:
+        print("\n".join(result.problems) + f"\nerror: the archive is damaged ({len(result.problems)} problem(s)), "
+              f"so it was not read and {report_dir} was not (re)written", file=sys.stderr)
         return 2
-    print("Reading the archive with the SIMULATOR evaluator (lexical, offline; not a language model).",
-          file=sys.stderr)
-    try:
-        summary = run_read(result.archive, DEMO_EVALUATOR)
-        evaluator_id = load_evaluator(DEMO_EVALUATOR).evaluator_id
-        print_pair_matrix(pair_cells(result.archive, state_rows(result.archive, evaluator_id)), "final")
-        html = make_report(archive, DEMO_PLAN, evaluator_id, out / "report")
-    except ArchiveError as exc:  # e.g. a blob altered since the runs: say so, never a traceback
-        print(f"error: {exc}\nThe archive is damaged, so it was not read and {out / 'report'} was not "
+    if reading is None:
+        print(f"error: {result.damaged}\nThe archive is damaged, so it was not read and {report_dir} was not "
               f"(re)written. See: draligned archive verify {archive}", file=sys.stderr)
         return 2
-    print(f"\nArchive: {archive}\nReport:  {html}\nNext:\n"
+    print_pair_matrix(reading.cells, "final")
+    print(f"\nArchive: {archive}\nReport:  {reading.report.html}\nNext:\n"
           f"  draligned archive verify {archive}\n"
           f"  draligned archive ls {archive}\n"
           f"  draligned archive stats {archive} --json\n"
-          f"  draligned states {archive} --evaluator {evaluator_id} --json\n"
-          f"  draligned report {archive} --plan {DEMO_PLAN} --evaluator {evaluator_id} "
-          f"--out {out / 'report'} --show-sql")
-    pool_code = _demo_pool(out / "pool-archive", out / "pool-report", evaluator_id)
-    return code or pool_code or (1 if summary.model_errors else 0)
-
-
-def _demo_pool(archive: Path, report_dir: Path, evaluator_id: str) -> int:
-    """The pool-search demo: CESS pool estimates per arm, the P/Q pair table, and its report (whose
-    CESS section is filled from the pool archive's cess_runs; it has no evaluator reads)."""
-    from draligned.cess.pairs import pairs_report
-    from draligned.cli.cess_archive import load_cess_runs, pairs_text, pool_estimates_text
-
-    print("\ndraligned demo, part 2: logged candidate-pool search (CESS) with the same simulator.",
-          file=sys.stderr)
-    code, result = _execute(DEMO_POOL_STUDY, archive)
-    if result is None:
-        return code
-    runs = load_cess_runs(result.archive)
-    print(pool_estimates_text(runs) + "\n\n" + pairs_text(pairs_report(runs)))
-    html = make_report(archive, DEMO_PLAN, evaluator_id, report_dir)
-    print(f"\nPool archive: {archive}\nPool report:  {html}\n  draligned cess pairs {archive}\n"
-          f"  draligned cess export {archive} --out trajectories.jsonl")
-    return code
+          f"  draligned states {archive} --evaluator {reading.evaluator_id} --json\n"
+          f"  draligned report {archive} --plan {DEMO_PLAN} --evaluator {reading.evaluator_id} "
+          f"--out {report_dir} --show-sql")
+    code = _study_code(result.study)
+    if result.pool is None:
+        _error(Console(stderr=True), str(result.pool_error))
+        return code or 2
+    pool, pool_archive = result.pool, result.pool.study.archive.root
+    _summary(pool.study)
+    print(pool_estimates_text(pool.runs) + "\n\n" + pairs_text(pool.pairs))
+    print(f"\nPool archive: {pool_archive}\nPool report:  {pool.report.html}\n"
+          f"  draligned cess pairs {pool_archive}\n"
+          f"  draligned cess export {pool_archive} --out trajectories.jsonl")
+    return code or _study_code(pool.study) or (1 if reading.summary.model_errors else 0)

@@ -14,9 +14,9 @@ from draligned.cess.metrics import intervention_effects
 from draligned.cess.pairs import pairs_report
 from draligned.cess.trajectory import load_trajectories
 from draligned.cli import main
-from draligned.cli.cess_archive import load_cess_runs
 from draligned.indexing import rebuild
 from draligned.records import PoolRoundEvent
+from draligned.workflow import load_cess_runs
 
 ESTIMATES = ("opened_mean", "outcome_regression", "ipw_raw", "dr_raw", "cess", "cess_clip_then_shrink",
              "cess_opened_anchor", "ess", "max_weight", "theta_star")

@@ -1,0 +1,56 @@
+"""The installable package's command-line surface: progress through a callback, `--version`, and
+commands that write nothing where they were not asked to."""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import os
+from importlib.metadata import version
+from pathlib import Path
+
+import pytest
+
+from draligned.cli import main
+from draligned.runner import RunProgress, run_study
+from draligned.study import load_study
+from tests.study_helpers import REPO, write_study
+
+
+def test_run_study_reports_progress_through_the_callback(tmp_path: Path) -> None:
+    events: list[RunProgress] = []
+    path = write_study(tmp_path, ["travel_budget_en.json"], seeds=2)
+    result = asyncio.run(run_study(load_study(path), events.append))
+    assert [(e.study, e.total, e.done) for e in events] == [("t", 4, n) for n in range(5)]
+    assert events[0].record is None
+    assert sorted(e.record.run_id for e in events[1:]) == sorted(r.run_id for r in result.records)
+    events.clear()
+    asyncio.run(run_study(load_study(path), events.append))  # resumed: nothing left to run
+    assert [(e.total, e.done, e.record) for e in events] == [(0, 0, None)]
+
+
+def test_rich_is_drawn_only_by_the_cli() -> None:
+    """The library reports through results and callbacks; only draligned/cli renders with rich."""
+    users = []
+    for path in (REPO / "draligned").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            if any(n == "rich" or n.startswith("rich.") for n in names):
+                users.append(path.relative_to(REPO))
+    assert users and all(p.parts[:2] == ("draligned", "cli") for p in users), users
+
+
+def test_version_prints_the_installed_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out == f"draligned {version('draligned')}\n"
+
+
+def test_cards_schema_prints_and_writes_nothing_unasked(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["cards", "schema"]) == 0
+    assert capsys.readouterr().out == (REPO / "factor_cards" / "schema.json").read_text(encoding="utf-8")
+    assert os.listdir(tmp_path) == []
