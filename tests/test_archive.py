@@ -160,6 +160,7 @@ sys.exit(main(["run", study]))
 """
 
 
+@pytest.mark.slow
 def test_killed_study_resumes_without_redoing_finished_runs(tmp_path):
     """A real interruption: kill the process mid-study, rerun, every slot ends up finished once."""
     study = write_study(tmp_path, ["car_insurance_2f_en.json", "career_mobility_en.json"], seeds=2,
