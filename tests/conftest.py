@@ -1,12 +1,18 @@
-"""Shared fixtures: no network beyond loopback, and small archives built by real runs."""
+"""Shared fixtures: no network beyond loopback, instant retry waits, and the demo run once per session."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import ipaddress
+import shutil
 import socket
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from draligned.cli import main
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -21,9 +27,8 @@ def _is_loopback(address: object) -> bool:
         return isinstance(address, (str, bytes))  # AF_UNIX paths
 
 
-@pytest.fixture(autouse=True)
-def _no_network(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Tests may talk to loopback servers they start, never to the outside network."""
+def _guard_network(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Refuse every connection that is not to loopback."""
     real_connect = socket.socket.connect
 
     def guarded(self: socket.socket, address: object) -> object:
@@ -34,16 +39,65 @@ def _no_network(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(socket.socket, "connect", guarded)
 
 
+@pytest.fixture(autouse=True)
+def _no_network(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests may talk to loopback servers they start, never to the outside network."""
+    _guard_network(monkeypatch)
+
+
 @pytest.fixture
 def repo() -> Path:
     """The checkout root (cards, contracts, corpora live here)."""
     return REPO
 
 
-@pytest.fixture(autouse=True)
-def _instant_retry_waits(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Retry waits are recorded as computed but not slept, so retry tests stay fast."""
+def _skip_retry_waits(monkeypatch: pytest.MonkeyPatch) -> None:
     async def no_sleep(seconds: float) -> None:
         return None
 
     monkeypatch.setattr("draligned.models.retry.SLEEP", no_sleep)
+
+
+@pytest.fixture(autouse=True)
+def _instant_retry_waits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Retry waits are recorded as computed but not slept, so retry tests stay fast."""
+    _skip_retry_waits(monkeypatch)
+
+
+@dataclass(frozen=True)
+class DemoRun:
+    """One ``draligned demo --out OUT`` run: its directory, exit code and what it printed.
+
+    Shared by the whole session, so it is never to be changed: a test that writes, damages or reruns
+    takes a ``copy`` first.
+    """
+
+    out: Path
+    code: int
+    stdout: str
+    stderr: str
+
+    def copy(self, dest: Path, part: str = "") -> Path:
+        """A private copy at ``dest`` of the demo output (archives, reports and indexes), or of one ``part``
+        of it such as ``"archive"``."""
+        shutil.copytree(self.out / part, dest, symlinks=True)
+        return dest
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test over the demo's output is ``slow``: it needs the full demo run (once per session)."""
+    for item in items:
+        if "demo_run" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(scope="session")
+def demo_run(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
+    """The full offline demo (both parts, with the simulator evaluator), run once through the CLI entry."""
+    out = tmp_path_factory.mktemp("shared-demo") / "demo"
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        _guard_network(mp)  # the per-test guards are not set up yet for a session fixture
+        _skip_retry_waits(mp)
+        code = main(["demo", "--out", str(out)])
+    return DemoRun(out=out, code=code, stdout=stdout.getvalue(), stderr=stderr.getvalue())

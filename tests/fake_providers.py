@@ -227,7 +227,8 @@ class FakeProvider:
         return root if self.protocol == "anthropic" else root + "/v1"
 
     def __enter__(self) -> FakeProvider:
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        # Polled often so that shutdown() returns at once instead of after up to half a second.
+        threading.Thread(target=self.server.serve_forever, args=(0.01,), daemon=True).start()
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -100,7 +100,8 @@ class WireServer:
                     pass  # the client timed out and left (the stall fault)
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        # Polled often so that shutdown() returns at once instead of after up to half a second.
+        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.01,), daemon=True)
 
     @property
     def base_url(self) -> str:

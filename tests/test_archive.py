@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
-import signal
+import os
+import select
 import subprocess
 import sys
-import time
+from pathlib import Path
 
 import duckdb
 import pytest
@@ -77,18 +78,33 @@ def test_verify_detects_an_edited_run_record(small_archive, tmp_path):
     assert any(path.name in p and "altered run record" in p for p in problems)
 
 
-def test_reindex_reproduces_the_same_index(small_archive):
-    _, archive = small_archive
+def _index_tables(root: Path) -> dict[str, tuple[list[str], list[tuple]]]:
+    """Every table and view of an archive's index (found in the database itself): columns and sorted rows."""
+    with duckdb.connect(str(root / "index.duckdb"), read_only=True) as con:
+        names = [n for (n,) in con.execute("SELECT table_name FROM information_schema.tables "
+                                           "WHERE table_schema = 'main' ORDER BY table_name").fetchall()]
+        out = {}
+        for name in names:
+            cur = con.execute(f'SELECT * FROM "{name}" ORDER BY ALL')
+            out[name] = ([c[0] for c in cur.description], cur.fetchall())
+        return out
 
-    def dump():
-        with duckdb.connect(str(archive.root / "index.duckdb"), read_only=True) as con:
-            return {t: con.execute(f"SELECT * FROM {t} ORDER BY ALL").fetchall()
-                    for t in ("runs", "events", "artifacts")}
 
-    before = dump()
-    rebuild(archive)
-    after = dump()
-    assert before == after and len(before["runs"]) == 2 and len(before["events"]) > 10
+@pytest.mark.parametrize(("name", "filled"), [
+    ("archive", ("runs", "events", "artifacts", "packets", "reads", "items", "labels", "states")),  # evaluator reads
+    ("pool-archive", ("runs", "events", "artifacts", "cess_runs")),  # pool runs
+])
+def test_reindex_reproduces_every_table_of_the_index(demo_run, tmp_path, name, filled):
+    """The index is derived: rebuilt from a copy of the files alone (no old index), every table is the same."""
+    shared = demo_run.out / name
+    copy = Archive(demo_run.copy(tmp_path / name, name))
+    (copy.root / "index.duckdb").unlink()
+    rebuild(copy)
+    before, after = _index_tables(shared), _index_tables(copy.root)
+    assert set(filled) <= set(before) and all(before[t][1] for t in filled), "the demo index lost a table"
+    assert list(after) == list(before)
+    for table, content in before.items():
+        assert after[table] == content, f"table {table} differs after rebuild"
 
 
 def test_rerun_skips_completed_slots_with_zero_model_calls(small_archive):
@@ -120,18 +136,49 @@ def test_interrupted_run_is_rerun_as_new_attempt_and_old_attempt_kept(tmp_path):
     assert (archive.runs_dir / "rcrashed0000.started.json").exists()
 
 
+#: ``draligned run STUDY`` that stands still (event loop blocked, nothing more written) right after its
+#: ``seal_at``-th run record is sealed, and says so on file descriptor ``fd``: the test kills it there.
+HOLD_AFTER_SEALING = """
+import os, sys, threading
+from draligned.archive.store import Archive
+from draligned.cli import main
+
+study, fd, seal_at = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+write_record, sealed = Archive.write_record, []
+
+def hold_after_sealing(self, record):
+    out = write_record(self, record)
+    sealed.append(out.run_id)
+    if len(sealed) == seal_at:
+        os.write(fd, b"sealed\\n")
+        threading.Event().wait()  # until SIGKILL
+    return out
+
+Archive.write_record = hold_after_sealing
+sys.exit(main(["run", study]))
+"""
+
+
+@pytest.mark.slow
 def test_killed_study_resumes_without_redoing_finished_runs(tmp_path):
     """A real interruption: kill the process mid-study, rerun, every slot ends up finished once."""
     study = write_study(tmp_path, ["car_insurance_2f_en.json", "career_mobility_en.json"], seeds=2,
-                        latency_s=0.03)
-    proc = subprocess.Popen([sys.executable, "-m", "draligned.cli", "run", str(study)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                        latency_s=0.01)
+    signal_r, signal_w = os.pipe()
+    with open(tmp_path / "stderr.txt", "wb") as err:
+        proc = subprocess.Popen([sys.executable, "-c", HOLD_AFTER_SEALING, str(study), str(signal_w), "2"],
+                                pass_fds=(signal_w,), stdout=subprocess.DEVNULL, stderr=err)
+    os.close(signal_w)
+    try:
+        ready, _, _ = select.select([signal_r], [], [], 300)  # a guard against a hang, not a timing
+        said = os.read(signal_r, 64) if ready else b""
+    finally:
+        os.close(signal_r)
+        proc.kill()
+        proc.wait()
+    assert said == b"sealed\n", (tmp_path / "stderr.txt").read_text()
     archive = Archive(tmp_path / "archive")
-    deadline = time.time() + 60
-    while time.time() < deadline and len(archive.record_paths()) < 2:
-        time.sleep(0.02)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    assert len(archive.record_paths()) == 2  # killed right after the second run was sealed
     assert len(archive.started_paths()) > len(archive.record_paths())  # really interrupted
     done_before = {p.name: p.read_bytes() for p in archive.record_paths()}
     assert main(["run", str(study)]) == 0

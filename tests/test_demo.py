@@ -4,20 +4,29 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from draligned.archive import Archive
 from draligned.cli import main
 from draligned.indexing import verify
 from draligned.records import DelegateEvent, DraftEvent, FinalEvent, SnapshotEvent, ToolCallEvent
+from tests.conftest import DemoRun
 from tests.harness_helpers import needs_bwrap
 
 pytestmark = needs_bwrap  # the demo covers H-W and H-D, whose shell needs bubblewrap
 
 
-def test_demo_end_to_end_and_rerun_is_free(tmp_path, capsys):
-    out = tmp_path / "demo"
-    assert main(["demo", "--out", str(out)]) == 0
+def _stats(archive: Archive, capsys: pytest.CaptureFixture[str]) -> dict:
+    capsys.readouterr()
+    assert main(["archive", "stats", str(archive.root), "--json"]) == 0
+    return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+
+def test_demo_end_to_end(demo_run: DemoRun, capsys):
+    out = demo_run.out
+    assert demo_run.code == 0
     report = out / "report" / "report.html"
-    printed = capsys.readouterr().out
+    printed = demo_run.stdout
     assert f"Report:  {report}" in printed and report.exists()
     html = report.read_text()
     assert "No evaluator reads in this archive" not in html and "sim-lexical-v1" in html
@@ -32,8 +41,7 @@ def test_demo_end_to_end_and_rerun_is_free(tmp_path, capsys):
     assert len(by_arm) == 1 + 16  # 2 cards x 2 arms x 4 search cells, filled from cess_runs
     archive = Archive(out / "archive")
     assert verify(archive) == []
-    assert main(["archive", "stats", str(archive.root), "--json"]) == 0
-    stats = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    stats = _stats(archive, capsys)
     assert stats["runs"] == stats["completed_runs"] == 60  # (3 cards x 2 arms + 4 cells) x 2 seeds x 3 harnesses
     assert stats["model_calls"] > 0 and stats["tool_calls"] > 0 and stats["blobs"] > 0
     records = archive.records()
@@ -56,15 +64,22 @@ def test_demo_end_to_end_and_rerun_is_free(tmp_path, capsys):
         assert all(1 <= len(d.workers) <= 2 and d.workers[0].input_files == ["deliverable.md"]
                    for d in delegations)
 
+
+def test_demo_rerun_is_free_and_refuses_a_damaged_archive(demo_run: DemoRun, tmp_path, capsys):
+    """The demo run again into its own directory (a copy of the session's) makes no model call."""
+    stats = _stats(Archive(demo_run.out / "archive"), capsys)
+    out = demo_run.copy(tmp_path / "demo")
+    archive = Archive(out / "archive")
+    runs_before = sorted(p.name for p in archive.runs_dir.iterdir())
     assert main(["demo", "--out", str(out)]) == 0
-    capsys.readouterr()
-    assert main(["archive", "stats", str(archive.root), "--json"]) == 0
-    again = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert again == stats
+    assert f"Report:  {out / 'report' / 'report.html'}" in capsys.readouterr().out
+    assert _stats(archive, capsys) == stats
+    assert sorted(p.name for p in archive.runs_dir.iterdir()) == runs_before
 
     # The issue's check: a byte flipped in one blob is named by verify, and the demo run again into
     # the same directory says the archive is damaged (no traceback, no report) and makes no call.
     # A tool return: a blob no evaluator packet reads, so only verifying finds it.
+    records = archive.records()
     blob = archive.blob_path(next(e.return_blob for e in records[0].events if isinstance(e, ToolCallEvent)))
     data = bytearray(blob.read_bytes())
     data[0] ^= 0x01
@@ -74,18 +89,15 @@ def test_demo_end_to_end_and_rerun_is_free(tmp_path, capsys):
     assert main(["demo", "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert f"{blob}: altered blob" in err and "was not (re)written" in err and "Traceback" not in err
-    assert main(["archive", "stats", str(archive.root), "--json"]) == 0
-    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == stats
+    assert _stats(archive, capsys) == stats
 
 
-def test_demo_arms_differ_in_what_the_simulator_searched(tmp_path):
+def test_demo_arms_differ_in_what_the_simulator_searched(demo_run: DemoRun):
     """The demo shows real differences between arms (the sim responds to the user condition)."""
-    main(["demo", "--out", str(tmp_path)])
-    archive = Archive(tmp_path / "archive")
+    archive = Archive(demo_run.out / "archive")
     by_card: dict[str, dict[str, set[str]]] = {}
     for r in archive.records():
         queries = {e.request_text for e in r.events if isinstance(e, ToolCallEvent) and e.tool == "search"}
         by_card.setdefault(r.slot.card_id, {}).setdefault(r.slot.arm, set()).update(queries)
     differing = [c for c, arms in by_card.items() if len({frozenset(q) for q in arms.values()}) > 1]
     assert len(differing) >= 3
-

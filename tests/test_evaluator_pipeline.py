@@ -4,8 +4,6 @@ evaluators, READ_FAILED without repair, idempotent re-reads, index tables and re
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import io
 import json
 import re
 import shutil
@@ -27,6 +25,7 @@ from draligned.evaluator.states import state_rows
 from draligned.evaluator.storage import ReadStore
 from draligned.models.base import ModelAPI
 from draligned.records import Message, ModelReply, ToolCallEvent, ToolSpec
+from tests.conftest import DemoRun
 from tests.study_helpers import REPO
 
 SIM = REPO / "evaluators" / "sim.toml"
@@ -34,13 +33,12 @@ SIM_ID = "sim-lexical-v1"
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory) -> tuple[Archive, str]:
-    """The demo run end to end (agent + SIMULATOR evaluator), with its printed output."""
-    out = tmp_path_factory.mktemp("demo")
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(io.StringIO()):
-        assert main(["demo", "--out", str(out)]) == 0
-    return Archive(out / "archive"), buf.getvalue()
+def demo(demo_run: DemoRun, tmp_path_factory) -> tuple[Archive, str]:
+    """The demo run end to end (agent + SIMULATOR evaluator), with its printed output: this module's
+    own copy, since its tests add reads by other evaluators and review answers."""
+    assert demo_run.code == 0
+    archive = demo_run.copy(tmp_path_factory.mktemp("evaluator") / "archive", "archive")
+    return Archive(archive), demo_run.stdout
 
 
 def _evaluator(evaluator_id: str) -> Evaluator:
@@ -271,14 +269,13 @@ def test_review_export_is_blind_and_import_reports_agreement(demo, tmp_path, cap
     assert archive.get_text(report["answers_blobs"][0]) == answers.read_text()
 
 
-def test_archive_verify_covers_evaluator_files(tmp_path):
+def test_archive_verify_covers_evaluator_files(demo_run: DemoRun, tmp_path):
     """A damaged read record, a deleted raw response, a damaged review key or a deleted answers file is
     named by `archive verify`."""
     from draligned.indexing import verify
 
-    out = tmp_path / "demo"
-    assert main(["demo", "--out", str(out)]) == 0
-    archive = Archive(out / "archive")
+    assert demo_run.code == 0
+    archive = Archive(demo_run.copy(tmp_path / "archive", "archive"))
     sheet, answers = tmp_path / "sheet.jsonl", tmp_path / "answers.jsonl"
     assert main(["review", "export", str(archive.root), "--evaluator", SIM_ID, "--out", str(sheet),
                  "--limit", "2"]) == 0

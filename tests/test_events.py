@@ -9,8 +9,22 @@ import pytest
 from draligned.archive import Archive
 from draligned.archive.runs import event_rows, run_tables
 from draligned.records import (
-    DelegateEvent, DraftEvent, Event, FinalEvent, ModelAttempt, ModelAttemptEvent, ModelCallEvent, NoticeEvent,
-    PoolRoundEvent, RunEvent, RunRecord, Slot, SnapshotEvent, ToolCallEvent, Usage, WorkerRun,
+    DelegateEvent,
+    DraftEvent,
+    Event,
+    FinalEvent,
+    ModelAttempt,
+    ModelAttemptEvent,
+    ModelCallEvent,
+    NoticeEvent,
+    PoolRoundEvent,
+    RunEvent,
+    RunRecord,
+    Slot,
+    SnapshotEvent,
+    ToolCallEvent,
+    Usage,
+    WorkerRun,
 )
 
 EVENT_TYPES = typing.get_args(typing.get_args(Event)[0])

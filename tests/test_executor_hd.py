@@ -79,7 +79,7 @@ def test_replies_return_verbatim_and_transcripts_are_linked(isolation_run):
     assert ev.tool_event == delegate_call.event_id
     assert [w.worker for w in ev.workers] == ["worker-1", "worker-2"]
     assert ev.workers[0].input_files == ["notes.md"]
-    for w, n_calls in zip(ev.workers, (7, 2)):
+    for w, n_calls in zip(ev.workers, (7, 2), strict=True):
         transcript = json.loads(archive.get_text(w.transcript_blob))
         assert transcript[-1] == {"role": "assistant", "content": archive.get_text(w.reply_blob), "tool_calls": [],
                                   "tool_call_id": None, "name": None}
@@ -123,5 +123,6 @@ def test_tokens_spent_by_workers_stop_the_root_and_wall_time_is_on_the_ledger(tm
     assert rec.status == "budget_exhausted" and len(model.seen) == 3 and rec.final_blob is None
     (tmp_path / "wall").mkdir()
     rec, _ = run_harness(tmp_path / "wall", "H-W", ScriptedModel([reply(text="never sent")]), Budget(max_wall_s=0))
-    assert (rec.status, rec.status_reason, rec.counters.model_calls) == ("budget_exhausted", "wall-time budget spent", 0)
+    assert (rec.status, rec.status_reason, rec.counters.model_calls) == (
+        "budget_exhausted", "wall-time budget spent", 0)
     assert Budget().model_dump() == {"max_model_calls": 30, "max_tool_calls": 60}  # unset limits keep slot ids

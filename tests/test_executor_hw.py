@@ -138,7 +138,7 @@ class TestHW:
         tools = of_type(rec, ToolCallEvent)
         snaps = of_type(rec, SnapshotEvent)
         assert [s.tool_event for s in snaps] == [t.event_id for t in tools]  # one per tool call
-        for t, s in zip(tools, snaps):
+        for t, s in zip(tools, snaps, strict=True):
             assert rec.events.index(s) > rec.events.index(t)
         manifests = [json.loads(archive.get_text(s.manifest_blob)) for s in snaps]
         texts = [archive.get_text(m["files"]["deliverable.md"]) for m in manifests]

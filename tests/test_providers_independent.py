@@ -61,6 +61,7 @@ def assert_key_nowhere(tmp: Path, *texts: str) -> None:
         assert KEY not in text
 
 
+@pytest.mark.slow
 def test_faults_malformed_and_split_replies_complete_on_all_three_protocols(tmp_path, capsys):
     turns = ["malformed", "split", "two"]
     servers = {p: WireServer(p, turns, {0: (429, {"retry-after": "3"}), 1: (500, {})}) for p in PROTOCOLS}

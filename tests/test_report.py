@@ -145,6 +145,7 @@ def test_html_is_self_contained(built):
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(CHROMIUM is None, reason="no chromium binary on PATH (Debian: apt-get install chromium)")
 def test_html_renders_in_headless_chromium(built):
     tmp, archive, _, plan = built

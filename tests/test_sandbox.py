@@ -11,7 +11,6 @@ import socket
 import stat
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -35,12 +34,38 @@ def workspace():
     shutil.rmtree(path, ignore_errors=True)
 
 
+PF_EXITING = 0x4
+"""Task flag (``/proc/PID/stat`` field 9) set when a task enters exit: it never runs user code again."""
+
+
+def _live_processes_in(namespace: str) -> list[int]:
+    """Host pids of the processes in a pid namespace (``pid:[inode]``) that are not on their way out
+    (neither zombies nor killed tasks still releasing their resources)."""
+    live = []
+    for ns in Path("/proc").glob("[0-9]*/ns/pid"):
+        proc = ns.parent.parent
+        try:
+            if os.readlink(ns) != namespace:
+                continue
+            flags = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[6])
+        except FileNotFoundError:  # ended while we looked
+            continue
+        except PermissionError:  # another user's process; the sandbox's own are always readable to us
+            if proc.stat().st_uid == (sandbox_uid() or os.getuid()):
+                raise
+            continue
+        if not flags & PF_EXITING:
+            live.append(int(proc.name))
+    return live
+
+
 def sh(workspace: Path, command: str, **limits: int):
     return asyncio.run(run_in_sandbox(workspace, ["/bin/sh", "-c", command], SandboxLimits(**limits)))
 
 
 def test_workspace_dirs_are_opaque_and_private(workspace):
-    assert re.fullmatch(r"[0-9a-f]{16}", workspace.name) and workspace.parent == Path(f"/tmp/draligned-ws-{os.getuid()}")
+    assert re.fullmatch(r"[0-9a-f]{16}", workspace.name)
+    assert workspace.parent == Path(f"/tmp/draligned-ws-{os.getuid()}")
     assert stat.S_IMODE(workspace.parent.stat().st_mode) == 0o711  # others cannot list sibling workspaces
     assert stat.S_IMODE(workspace.stat().st_mode) == 0o700
 
@@ -129,10 +154,15 @@ class TestIsolation:
         assert bomb.exit_code != 0 and "fork" in bomb.stderr.lower()
 
     def test_no_process_outlives_its_command(self, workspace):
-        r = sh(workspace, "(sleep 1; touch /workspace/late) & echo started")
-        assert r.stdout == "started\n"
-        time.sleep(1.5)
-        assert not (workspace / "late").exists()  # snapshots see the workspace at rest
+        """A background child dies with its command: once the command returns, nothing alive is left in
+        its pid namespace, so snapshots see the workspace at rest."""
+        # The child keeps stdout open, so the command returns only once the sandbox has killed it.
+        r = sh(workspace, "(sleep 60; touch /workspace/late) & readlink /proc/self/ns/pid; echo $!")
+        namespace, child = r.stdout.split()
+        assert re.fullmatch(r"pid:\[\d+\]", namespace) and namespace != os.readlink("/proc/self/ns/pid")
+        assert int(child) > 1  # the background child was started inside that namespace
+        assert _live_processes_in(namespace) == []
+        assert not (workspace / "late").exists()
 
     def test_cli_runs_one_command_in_the_same_sandbox(self, workspace, capsys, monkeypatch):
         monkeypatch.setenv("OPENAI_API_KEY", SECRET)

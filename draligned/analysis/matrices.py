@@ -16,8 +16,6 @@ from draligned.analysis.plan import PhaseSpec, Plan
 from draligned.analysis.rows import ABSENT, DIRECTIONAL, UNDEFINED_REQUESTS
 from draligned.analysis.table import Table, share
 
-GROUPINGS = ("all", "card", "model", "harness")
-
 
 def _groups(pair: Pair) -> Iterator[tuple[str, str]]:
     yield "all", "all"

@@ -5,7 +5,7 @@ One concept per module:
 - ``trajectory``  the JSON Lines trajectory format, its JSON Schema and the validating loader
 - ``batch``       many trajectories as padded numpy arrays
 - ``estimators``  Opened Mean, OR, sequential IPW and DR (Eq. 6), CESS (Eqs. 9, 12, 13), intervals (Eq. 10)
-- ``metrics``     appendix F metrics, intervention effects (Eqs. 3–4), ICC, Spearman, cluster bootstrap
+- ``metrics``     appendix F metrics, intervention effects (Eqs. 3–4), ICC, cluster bootstrap
 - ``outcome``     outcome models fit on tuning tasks (tuning mean, closed-form ridge on TF-IDF)
 - ``tuning``      λ on the grid 0, 0.05, ..., 1 by tuning-task MAE
 - ``text``        tokens and TF-IDF vectors

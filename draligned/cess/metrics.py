@@ -94,13 +94,6 @@ def per_question_sensitivity(
     return per_question(np.abs(means[is_pro] - means[is_anti]), q[is_pro])
 
 
-def ranking_sensitivity(
-    est: np.ndarray, question: np.ndarray, config: np.ndarray, ranking: np.ndarray
-) -> float:
-    """Ranking sensitivity S (Eq. 16)."""
-    return float(per_question_sensitivity(est, question, config, ranking).mean())
-
-
 def worst_ranking_mae(
     est: np.ndarray, target: np.ndarray, question: np.ndarray, ranking: np.ndarray
 ) -> float:
@@ -143,23 +136,6 @@ def icc1k(x: np.ndarray) -> float:
     msb = k * ((row_means - x.mean()) ** 2).sum() / (n - 1)
     msw = ((x - row_means[:, None]) ** 2).sum() / (n * (k - 1))
     return float((msb - msw) / msb)
-
-
-def rankdata(x: np.ndarray) -> np.ndarray:
-    """Ranks 1..n with ties given their average rank."""
-    x = np.asarray(x, float)
-    order = np.argsort(x, kind="stable")
-    ordered = x[order]
-    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
-    ends = np.r_[starts[1:], len(x)]
-    ranks = np.empty(len(x))
-    ranks[order] = np.repeat((starts + ends + 1) / 2.0, ends - starts)
-    return ranks
-
-
-def spearman(x: np.ndarray, y: np.ndarray) -> float:
-    """Spearman rank correlation (Pearson correlation of average ranks)."""
-    return float(np.corrcoef(rankdata(x), rankdata(y))[0, 1])
 
 
 @dataclass(frozen=True)
