@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ValidationError
 
 from draligned.data import data_dir
 from draligned.hashing import sha256_bytes
-from draligned.records import ToolSpec
+from draligned.records import Record, ToolSpec
 
 HARNESS_DIR = data_dir("harnesses")
 """The bundled harness contracts (the checkout's ``harnesses/``, shipped in the wheel)."""
@@ -19,10 +19,8 @@ class ContractError(Exception):
     """A harness contract that is missing or malformed."""
 
 
-class Role(BaseModel):
+class Role(Record):
     """One agent context of a harness and the tools it may call."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     role: str
     """Role name: ``executor`` (the root context) or ``worker`` (an H-D delegated context)."""
@@ -32,10 +30,8 @@ class Role(BaseModel):
     """System message of this context; None for the executor, whose prompt is the contract's."""
 
 
-class Limits(BaseModel):
+class Limits(Record):
     """Caps of the acquisition tools every harness offers."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     search_results: int
     """Results a search returns at most."""
@@ -70,10 +66,8 @@ class WorkspaceLimits(Limits):
     """Tasks one delegate_batch call may carry (H-D only)."""
 
 
-class Contract(BaseModel):
+class Contract(Record):
     """A frozen harness contract; its file sha256 is recorded in every run."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     harness: str
     """Harness id (H00, H-W, H-D)."""
@@ -109,7 +103,7 @@ class Contract(BaseModel):
         return self.limits
 
 
-class LoadedContract(BaseModel):
+class LoadedContract(Record):
     """A contract with the path and sha256 of the exact file it came from."""
 
     contract: Contract

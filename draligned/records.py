@@ -169,6 +169,7 @@ class ModelAttemptEvent(RunEvent):
     """A failed attempt at a model call, recorded before the call's outcome."""
 
     type: Literal["model_attempt"] = "model_attempt"
+    """The event type, which tells the events of a record apart."""
     role: str = "executor"
     """Which context made the call."""
     attempt: ModelAttempt
@@ -185,6 +186,7 @@ class ModelCallEvent(RunEvent):
     """A model call made by the executor."""
 
     type: Literal["model_call"] = "model_call"
+    """The event type, which tells the events of a record apart."""
     role: str = "executor"
     """Which context made the call (executor, or a worker id in delegating harnesses)."""
     request_blob: str
@@ -227,6 +229,7 @@ class ToolCallEvent(RunEvent):
     """A tool call executed (or refused) by the harness."""
 
     type: Literal["tool_call"] = "tool_call"
+    """The event type, which tells the events of a record apart."""
     role: str = "executor"
     """Which context made the call."""
     call_id: str
@@ -256,6 +259,7 @@ class DraftEvent(RunEvent):
     """A saved draft version of the report."""
 
     type: Literal["draft"] = "draft"
+    """The event type, which tells the events of a record apart."""
     version: int
     """Draft version, 1-based, in saving order."""
     blob: str
@@ -280,6 +284,7 @@ class FinalEvent(RunEvent):
     """The delivered final report."""
 
     type: Literal["final"] = "final"
+    """The event type, which tells the events of a record apart."""
     blob: str
     """sha256 of the final text."""
     chars: int
@@ -298,6 +303,7 @@ class NoticeEvent(RunEvent):
     """Something the harness did that a reader of the run must know about."""
 
     type: Literal["notice"] = "notice"
+    """The event type, which tells the events of a record apart."""
     code: str
     """Machine-readable notice code, e.g. multiple_tool_calls_in_order, tool_call_not_executed."""
     detail: str
@@ -314,6 +320,7 @@ class SnapshotEvent(RunEvent):
     """The workspace files after a tool call (H-W/H-D); content-addressed, so unchanged files cost nothing."""
 
     type: Literal["snapshot"] = "snapshot"
+    """The event type, which tells the events of a record apart."""
     role: str = "executor"
     """Whose workspace: the root (executor) or a worker's private one."""
     tool_event: str
@@ -359,6 +366,7 @@ class DelegateEvent(RunEvent):
     """A delegate_batch call (H-D): links the root's tool call to the workers' transcripts."""
 
     type: Literal["delegate"] = "delegate"
+    """The event type, which tells the events of a record apart."""
     tool_event: str
     """Event id of the root's delegate_batch tool call."""
     workers: list[WorkerRun]
@@ -381,6 +389,7 @@ class PoolRoundEvent(RunEvent):
     and its pool estimates can be rebuilt from the record alone."""
 
     type: Literal["pool_round"] = "pool_round"
+    """The event type, which tells the events of a record apart."""
     round: int
     """Round number t, starting at 1 (a sampled stop before round t is logged as round t)."""
     query: str

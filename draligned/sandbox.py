@@ -27,7 +27,9 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
+
+from draligned.records import Record
 
 #: Read-only system paths bound when they exist (the minimum for a POSIX shell and coreutils).
 SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc/alternatives",
@@ -41,10 +43,8 @@ class SandboxUnavailable(Exception):
     """bubblewrap is missing or cannot start a sandbox on this machine (no fallback exists)."""
 
 
-class SandboxLimits(BaseModel):
+class SandboxLimits(Record):
     """Per-command limits of the sandboxed shell (from a harness contract's ``limits``)."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     timeout_s: int = 30
     """Wall-clock seconds before the command (and everything it started) is killed."""

@@ -12,7 +12,7 @@ import tomllib
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from draligned.cards import LoadedCard, require_runnable
@@ -22,7 +22,7 @@ from draligned.harness import ContractError, LoadedContract, load_contract
 from draligned.hashing import sha256_bytes
 from draligned.models import ModelDeclaration
 from draligned.models.base import PROTOCOLS
-from draligned.records import Slot
+from draligned.records import Record, Slot
 from draligned.tools.pool_search import SearchSpec
 
 
@@ -44,10 +44,8 @@ def dotted(loc: Loc) -> str:
     return "".join(f"[{x}]" if isinstance(x, int) else f".{x}" for x in loc).lstrip(".")
 
 
-class StudySpec(BaseModel):
+class StudySpec(Record):
     """The contents of a study TOML file."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     name: str
     """Study name (recorded in every slot)."""
@@ -113,19 +111,25 @@ class StudySpec(BaseModel):
         return self
 
 
-class Study(BaseModel):
+class Study(Record, arbitrary_types_allowed=True):
     """A loaded study: the spec plus resolved paths and hashes; its validators check what needs the files."""
 
-    model_config = ConfigDict(arbitrary_types_allowed=True)
-
     spec: StudySpec
+    """The study file's fields, validated."""
     path: Path
+    """The study file."""
     sha256: str
+    """sha256 of the study file's bytes (every run names it)."""
     cards: list[LoadedCard]
+    """The factor cards the study names, loaded and validated."""
     contracts: dict[str, LoadedContract]
+    """The frozen harness contract of each harness id the study runs."""
     archive_root: Path
+    """Where the runs are archived (the study's ``archive``, or the command's override)."""
     corpus_path: Path | None
+    """The corpus file of corpus search; None for pool search."""
     pool_paths: dict[str, Path] = {}
+    """The pool file of each card id for pool search (empty for corpus search)."""
 
     @model_validator(mode="after")
     def _unique_card_ids(self) -> Study:

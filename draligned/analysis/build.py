@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict
-
 from draligned.analysis import (
     agreement,
     cess_side,
@@ -34,6 +32,7 @@ from draligned.analysis.states_source import STATES_SQL, load_states
 from draligned.analysis.table import Table
 from draligned.archive import Archive
 from draligned.archive.index import connect
+from draligned.records import Record
 
 _STATE_TABLES = ("coverage_states", "pair_matrix", "pair_summary", "retention_flows", "retention_summary",
                  "request_vs_final", "searched_alternative", "state_distribution", "consistency_settings",
@@ -47,10 +46,8 @@ _SOURCES: dict[str, list[str]] = {
 """The queries whose rows feed each table (tables not listed read only the runs query)."""
 
 
-class Identity(BaseModel):
+class Identity(Record):
     """What produced a report: plan, evaluator and archive, each by hash."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     plan_name: str
     """Plan name."""
@@ -77,10 +74,8 @@ class Identity(BaseModel):
                 f"archive {self.archive_sha256[:12]}")
 
 
-class Section(BaseModel):
+class Section(Record):
     """A report section: its tables and figures, or why it is empty."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     key: str
     """Anchor id."""
@@ -96,10 +91,8 @@ class Section(BaseModel):
     """Shown prominently when the section has no data (e.g. no evaluator reads)."""
 
 
-class Report(BaseModel):
+class Report(Record):
     """Everything a report writes."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     identity: Identity
     """Provenance of every number."""

@@ -11,9 +11,10 @@ import tomllib
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from draligned.hashing import sha256_bytes
+from draligned.records import Record
 
 PhaseSpec = Literal["requests", "draft:first", "draft:last", "final"]
 ComparisonSpec = Literal["P-Q", "PP-QP", "PQ-QQ", "PP-PQ", "QP-QQ"]
@@ -23,11 +24,7 @@ class PlanError(ValueError):
     """A plan file that cannot be read; the message names the file and the field."""
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
-
-
-class Subset(_Strict):
+class Subset(Record):
     """Which runs enter the report; an empty list means every value in the archive."""
 
     studies: list[str] = []
@@ -40,7 +37,7 @@ class Subset(_Strict):
     """Harness ids (H00, H-W, H-D)."""
 
 
-class Comparisons(_Strict):
+class Comparisons(Record):
     """Arm pairs; two-factor cards: PP-QP and PQ-QQ change factor 1, PP-PQ and QP-QQ factor 2."""
 
     include: list[ComparisonSpec] = ["P-Q", "PP-QP", "PQ-QQ", "PP-PQ", "QP-QQ"]
@@ -49,7 +46,7 @@ class Comparisons(_Strict):
     """Comparisons used for headline figures (paper: PP vs QP is the primary pair)."""
 
 
-class Retention(_Strict):
+class Retention(Record):
     """Draft-to-final retention (paper Tables 25 and 32)."""
 
     draft: Literal["first", "last"] = "last"
@@ -60,7 +57,7 @@ class Retention(_Strict):
     """Harnesses where the final is the saved file, so draft-final identity can be structural."""
 
 
-class Provenance(_Strict):
+class Provenance(Record):
     """Mechanical provenance (paper Table 35)."""
 
     fragment_chars: int = Field(20, ge=8)
@@ -69,14 +66,14 @@ class Provenance(_Strict):
     """The strict variant's fragment length."""
 
 
-class Agreement(_Strict):
+class Agreement(Record):
     """Agreement between the report's evaluator and others on the same documents."""
 
     evaluators: list[str] = []
     """Other evaluator ids compared with the report's evaluator (missing ones are reported)."""
 
 
-class Cess(_Strict):
+class Cess(Record):
     """CESS side by side (an estimand of the opened evidence pool, not of the recommendation)."""
 
     bootstrap: int = Field(2000, ge=100)
@@ -89,7 +86,7 @@ class Cess(_Strict):
     """Bootstrap random seed (reports are reproducible)."""
 
 
-class Plan(_Strict):
+class Plan(Record):
     """One analysis plan file."""
 
     name: str
@@ -116,7 +113,7 @@ class Plan(_Strict):
     """CESS side-by-side settings."""
 
 
-class LoadedPlan(_Strict):
+class LoadedPlan(Record):
     """A validated plan with the path and sha256 of the exact file bytes."""
 
     plan: Plan

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from draligned.records import Record
 
 Phase = Literal["requests", "draft", "final"]
 DIRECTIONAL = ("OWN", "OTHER", "BOTH", "NONE")
@@ -15,8 +15,8 @@ UNDEFINED_REQUESTS = ("NO_REQUEST", "UNDEFINED")
 """Request readouts without a direction (Table 15): no request at all, or none identified; never NONE."""
 
 
-class Row(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+class Row(Record, frozen=True):
+    """Base of the report's typed rows: strict and immutable."""
 
 
 class RunRow(Row):

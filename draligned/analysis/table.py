@@ -4,13 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from draligned.records import Record
 
 
-class Table(BaseModel):
+class Table(Record):
     """One readout table; written as CSV and Parquet and shown in report.md/html."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     name: str
     """File stem of the exports (unique within a report)."""

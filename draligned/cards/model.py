@@ -10,7 +10,9 @@ import re
 from datetime import datetime
 from typing import Annotated, Any, Literal, cast
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
+from pydantic import BaseModel, Discriminator, Field, Tag, field_validator
+
+from draligned.records import Record
 
 Endpoint = Literal["P", "Q"]
 Outcome = Literal["PASS", "NOT_SELECTED", "FAIL", "DISPUTED", "RETAINED"]
@@ -24,11 +26,7 @@ _TAG = "slot:"  # prefix of union tags; stripped from error paths
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
-
-
-class Task(_Strict):
+class Task(Record):
     """The research request shared by every arm of the card."""
     task_id: str = Field(pattern=ID_PATTERN)
     """Stable task identifier, shared by all cards built on the same task."""
@@ -38,7 +36,7 @@ class Task(_Strict):
     """Language of the task, profile and endpoint texts."""
 
 
-class Endpoints(_Strict):
+class Endpoints(Record):
     """The two endpoint texts of a factor; arms differ only by which one they carry."""
     P: str
     """Endpoint P text, inserted verbatim into the message of arms on the P side."""
@@ -46,7 +44,7 @@ class Endpoints(_Strict):
     """Endpoint Q text, inserted verbatim into the message of arms on the Q side."""
 
 
-class Factor(_Strict):
+class Factor(Record):
     """One task-relevant user factor varied between its two endpoints."""
     factor_id: str = Field(pattern=ID_PATTERN)
     """Identifier of the factor, unique within the card and referenced by slots."""
@@ -64,25 +62,25 @@ class Factor(_Strict):
     """When the report's main recommendation is on one endpoint's side."""
 
 
-class SourceSlot(_Strict):
+class SourceSlot(Record):
     """Slot filled with the task text or the shared profile."""
     source: Literal["task", "profile"]
     """Which shared card text fills the slot."""
 
 
-class TextSlot(_Strict):
+class TextSlot(Record):
     """Slot filled with a literal text shared by all arms."""
     text: str
     """The literal shared text."""
 
 
-class FactorSlot(_Strict):
+class FactorSlot(Record):
     """Slot filled with one factor's endpoint text for the arm."""
     factor: str = Field(pattern=ID_PATTERN)
     """The factor whose endpoint text fills the slot."""
 
 
-class FactorsSlot(_Strict):
+class FactorsSlot(Record):
     """Slot filled with several factors' endpoint texts, joined by a shared separator."""
     factors: list[Annotated[str, Field(pattern=ID_PATTERN)]] = Field(min_length=1)
     """The factors whose endpoint texts fill the slot, in this order."""
@@ -90,7 +88,7 @@ class FactorsSlot(_Strict):
     """Shared text placed between consecutive endpoint texts."""
 
 
-class ByArmSlot(_Strict):
+class ByArmSlot(Record):
     """Slot with hand-written arm-varying text that is not a declared endpoint.
 
     It represents hand-authored matched messages; the diff check rejects it whenever the
@@ -128,7 +126,7 @@ Slot = Annotated[
 ]
 
 
-class Message(_Strict):
+class Message(Record):
     """How the single user message is assembled from shared text and endpoint texts."""
     template: str = Field(min_length=1)
     """Message text with {name} placeholders; write {{ and }} for literal braces."""
@@ -136,7 +134,7 @@ class Message(_Strict):
     """What fills each placeholder, by placeholder name."""
 
 
-class Decision(_Strict):
+class Decision(Record):
     """One recorded construction decision about the card."""
     outcome: Outcome
     """The decision taken."""
@@ -154,7 +152,7 @@ class Decision(_Strict):
         return value
 
 
-class Status(_Strict):
+class Status(Record):
     """Current outcome of the card and the decisions that led to it."""
     current: Outcome
     """Outcome in force; only PASS cards can be run."""
@@ -162,7 +160,7 @@ class Status(_Strict):
     """Recorded decisions, oldest first."""
 
 
-class EndpointSpan(_Strict):
+class EndpointSpan(Record):
     """Where one endpoint text sits in a rendered message."""
     factor_id: str
     """The factor whose endpoint text this is."""
@@ -174,7 +172,7 @@ class EndpointSpan(_Strict):
     """Offset just past the last character of the endpoint text."""
 
 
-class RenderedMessage(_Strict):
+class RenderedMessage(Record):
     """The exact user message of one arm and the positions of its endpoint texts."""
     arm: str
     """The arm (P/Q) or cell (PP, QP, PQ, QQ) rendered."""
@@ -184,9 +182,8 @@ class RenderedMessage(_Strict):
     """Endpoint spans in message order."""
 
 
-class Comparison(_Strict):
+class Comparison(Record, frozen=True):
     """Two arms that differ in exactly one factor (paper Table 5)."""
-    model_config = ConfigDict(frozen=True)
     arm_a: str
     """First arm of the pair."""
     arm_b: str
@@ -195,7 +192,7 @@ class Comparison(_Strict):
     """The factor the comparison changes."""
 
 
-class Card(_Strict):
+class Card(Record):
     """A factor card: one task, a shared profile and one or two factors varied between endpoints."""
     card_id: str = Field(pattern=ID_PATTERN)
     """Identifier of the card; by convention also the file name without .json."""

@@ -17,13 +17,11 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
-
 from draligned.archive import Archive
 from draligned.archive.tables import ArchiveTables, Rows
 from draligned.cess.estimators import PoolEstimates, trajectory_estimates
 from draligned.cess.trajectory import Trajectory, TrajectoryPool, TrajectoryRound
-from draligned.records import PoolRoundEvent, RunRecord
+from draligned.records import PoolRoundEvent, Record, RunRecord
 from draligned.tools.pool_file import LoadedPool, parse_pool
 
 ARCHIVE_LAMBDA = 0.5
@@ -32,10 +30,8 @@ ARCHIVE_LAMBDA = 0.5
 EndedBy = Literal["budget", "sampled_stop", "agent"]
 
 
-class PoolRun(BaseModel):
+class PoolRun(Record):
     """One archived run over a pool as a trajectory, with how its search ended."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     record: RunRecord
     """The sealed run record."""
@@ -46,10 +42,8 @@ class PoolRun(BaseModel):
     the agent stopped searching on its own — an unlogged stop, so Eq. 6's guarantee does not cover it."""
 
 
-class _RunDesign(BaseModel):
+class _RunDesign(Record):
     """The design labels of a pool run (the first columns of ``cess_runs``)."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     run_id: str
     """Run id (also the trajectory id)."""

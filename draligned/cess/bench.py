@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from draligned.cess.batch import TrajectoryBatch
 from draligned.cess.estimators import (
@@ -42,17 +42,15 @@ from draligned.cess.outcome import ConstantModel, CrossFit, cross_fit_ridge
 from draligned.cess.perspectrum import PerspectrumClaim, PerspectrumData
 from draligned.cess.searches import SearchSettings, run_searches
 from draligned.cess.tuning import Variant, cess_variant, tune_lambda
+from draligned.records import Record
 
-_MODEL = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 REPORTED_ROUNDS = (1, 2, 4, 6, 8, 10)
 PAPER_LAMBDA = 0.5
 """The preselected coefficient of the paper's ten-round analysis (Eq. 13)."""
 
 
-class BenchSettings(BaseModel):
+class BenchSettings(Record):
     """Benchmark settings; all fixed before test outcomes are seen."""
-
-    model_config = _MODEL
 
     search: SearchSettings = Field(default_factory=SearchSettings)
     """How the non-LLM controllers search."""
@@ -66,10 +64,8 @@ class BenchSettings(BaseModel):
     """Cluster-bootstrap seed."""
 
 
-class MethodRow(BaseModel):
+class MethodRow(Record):
     """Test-set metrics of one estimator."""
-
-    model_config = _MODEL
 
     method: str
     """Estimator name."""
@@ -91,10 +87,8 @@ class MethodRow(BaseModel):
     """Direction disagreement rate (±0.05 thresholds)."""
 
 
-class PairedRow(BaseModel):
+class PairedRow(Record):
     """A paired difference between two estimators with its cluster-bootstrap CI."""
-
-    model_config = _MODEL
 
     comparison: str
     """``A − B``."""
@@ -108,10 +102,8 @@ class PairedRow(BaseModel):
     """97.5% bootstrap quantile."""
 
 
-class BreakdownRow(BaseModel):
+class BreakdownRow(Record):
     """MAE of Opened Mean, raw DR (clipped) and CESS within one slice."""
-
-    model_config = _MODEL
 
     slice: str
     """Round number (budget k on the first k rounds) or controller/stopping configuration."""
@@ -123,10 +115,8 @@ class BreakdownRow(BaseModel):
     """CESS MAE."""
 
 
-class WeightSummary(BaseModel):
+class WeightSummary(Record):
     """How much information the weights retain (appendix F)."""
-
-    model_config = _MODEL
 
     median_ess: float
     """Median Kish effective sample size."""
@@ -140,10 +130,8 @@ class WeightSummary(BaseModel):
     """Share of runs whose raw DR falls outside [−1, 1]."""
 
 
-class EvaluationTables(BaseModel):
+class EvaluationTables(Record):
     """The test-set tables."""
-
-    model_config = _MODEL
 
     methods: list[MethodRow]
     """Table 8-style comparison."""

@@ -13,10 +13,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
 
 from draligned.cess.batch import TrajectoryBatch
 from draligned.cess.trajectory import Trajectory
+from draligned.records import Record
 
 SCORE_RANGE = (-1.0, 1.0)
 """Default score bounds [L, U] of Y, used for clipping Π and for the support interval."""
@@ -187,11 +187,9 @@ def estimate(batch: TrajectoryBatch, lam: float) -> Estimates:
     )
 
 
-class PoolEstimates(BaseModel):
+class PoolEstimates(Record):
     """One trajectory's estimators and weight diagnostics, as `cess estimate` reports them and as
     the ``cess_runs`` table stores them; None marks a point estimate hidden by the support interval."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     opened_mean: float
     """Mean Y over the T selections (repeats counted); describes what was read, not the pool."""
@@ -215,10 +213,8 @@ class PoolEstimates(BaseModel):
     """Pool target θ* (Eq. 1) when every document's Y is logged."""
 
 
-class _TrajectoryIdentity(BaseModel):
+class _TrajectoryIdentity(Record):
     """Which trajectory a report is about."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     trajectory_id: str
     """Id of the trajectory."""

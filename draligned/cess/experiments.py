@@ -16,12 +16,11 @@ import time
 from dataclasses import replace
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
 
 from draligned.cess.estimators import opened_mean, sequential_dr, support_interval
 from draligned.cess.simulate import Policy, SimPools, common_draws, fit_predictions, make_pools, run_search
+from draligned.records import Record
 
-_MODEL = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 # Informative stopping of the simulator: wish to stop once the mean opened evidence
 # exceeds 0.5, stop with probability 0.5 (else 0.05). The paper's LLM rule (0.75/0.10)
 # makes 1/s_t reach 64 at K = 4 and triples the across-pool standard errors.
@@ -29,10 +28,8 @@ _INFORMATIVE = Policy(informative_stopping=True, stop_probs=(0.5, 0.05), stop_th
 _BIASED = {"tilt": 1.5, "epsilon": 0.2}
 
 
-class BiasRow(BaseModel):
+class BiasRow(Record):
     """One design of the identification experiment."""
-
-    model_config = _MODEL
 
     selection: str
     """``none`` (uniform) or ``biased`` (attribute-driven with query drift)."""
@@ -52,10 +49,8 @@ class BiasRow(BaseModel):
     """Standard error across pools."""
 
 
-class RankingRow(BaseModel):
+class RankingRow(Record):
     """One estimator in the ranking experiment."""
-
-    model_config = _MODEL
 
     estimator: str
     """``opened_mean`` or ``dr_raw``."""
@@ -71,10 +66,8 @@ class RankingRow(BaseModel):
     """Mean absolute error against θ* over both rankings."""
 
 
-class SupportSummary(BaseModel):
+class SupportSummary(Record):
     """The limited-support experiment."""
-
-    model_config = _MODEL
 
     n_targets: int
     """Number of simulated pool targets."""
@@ -90,10 +83,8 @@ class SupportSummary(BaseModel):
     """MAE of the Opened Mean for contrast (a point estimate the interval replaces)."""
 
 
-class SimulationReport(BaseModel):
+class SimulationReport(Record):
     """Everything `draligned cess simulate` prints."""
-
-    model_config = _MODEL
 
     seed: int
     """Master seed."""

@@ -17,21 +17,18 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
 
 from draligned.cess.archive_runs import CessRun
 from draligned.cess.metrics import bootstrap_ci, intervention_effects
-from draligned.records import FINISHED
+from draligned.records import FINISHED, Record
 
 CELLS = {("uniform", "fixed"): "00", ("agent", "fixed"): "10", ("uniform", "adaptive"): "01",
          ("agent", "adaptive"): "11"}
 """(selection, stopping) → the paper's θ_ab index (a: agent selection, b: adaptive stopping)."""
 
 
-class Interval(BaseModel):
+class Interval(Record):
     """A mean over cards with its 95% card-level cluster-bootstrap interval."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     estimate: float
     """Mean over cards of the per-card mean."""
@@ -41,10 +38,8 @@ class Interval(BaseModel):
     """97.5% bootstrap quantile."""
 
 
-class PairRow(BaseModel):
+class PairRow(Record):
     """One P/Q pair: same card, model, harness, seed and search cell."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     card_id: str
     """Card (question cluster)."""
@@ -70,10 +65,8 @@ class PairRow(BaseModel):
     """P − Q CESS: two estimates of one pool target, ≈ 0 by design (not an effect)."""
 
 
-class CellSummary(BaseModel):
+class CellSummary(Record):
     """The pairs of one search cell, averaged within cards then across cards."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     cell: str
     """Search cell ``selection/stopping/ranking``."""
@@ -87,10 +80,8 @@ class CellSummary(BaseModel):
     """Mean P − Q CESS (pool-target estimate difference; ≈ 0 by design), None without estimates."""
 
 
-class EffectSummary(BaseModel):
+class EffectSummary(Record):
     """One 2×2 intervention effect (Eqs. 3–4) on one estimand."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     effect: str
     """selection (Δ_sel), stopping (Δ_stop), interaction (Δ_int) or total (θ11 − θ00)."""
@@ -102,10 +93,8 @@ class EffectSummary(BaseModel):
     """Mean effect over cards with its CI."""
 
 
-class ArmSummary(BaseModel):
+class ArmSummary(Record):
     """Mean pool estimates of the runs of one card, search cell and arm."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     card_id: str
     """Card."""
@@ -146,10 +135,8 @@ def arm_summaries(runs: Sequence[CessRun]) -> list[ArmSummary]:
             for (card, cell, arm), g in sorted(groups.items())]
 
 
-class PairsReport(BaseModel):
+class PairsReport(Record):
     """Everything `draligned cess pairs` prints."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     pairs: list[PairRow]
     """Every P/Q pair."""

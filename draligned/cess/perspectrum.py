@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
 
 from draligned.cess.pool import CandidatePool, PoolDocument
+from draligned.records import Record
 
 CLAIMS_FILE = "perspectrum_with_answers_v1.0.json"
 PERSPECTIVES_FILE = "perspective_pool_v1.0.json"
@@ -30,10 +30,8 @@ _STANCE = {"support": 1.0, "undermine": -1.0}
 Documents = Literal["auto", "perspectives", "evidence"]
 
 
-class PerspectrumClaim(BaseModel):
+class PerspectrumClaim(Record):
     """One claim with its candidate pool; every document's ``score`` is its Y."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     claim_id: int
     """The release's cId."""
@@ -55,10 +53,8 @@ class PerspectrumClaim(BaseModel):
         return float(self.y.mean())
 
 
-class PerspectrumData(BaseModel):
+class PerspectrumData(Record):
     """Eligible claims split into tuning (train + dev) and evaluation (test) tasks."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     documents: Literal["perspectives", "evidence"]
     """What the candidate documents are."""

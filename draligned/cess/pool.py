@@ -19,19 +19,18 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from draligned.cess.text import TfidfIndex, tokenize
 from draligned.cess.trajectory import Ranking, Trajectory, TrajectoryPool, TrajectoryRound
+from draligned.records import Record
 
 _STREAMS = {"select": 0, "stop": 1}
 _TILT = {"original": 0.0, "pro": 1.0, "anti": -1.0}
 
 
-class PoolDocument(BaseModel):
+class PoolDocument(Record):
     """One candidate document."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     id: str
     """Stable document id (logged as the chosen id)."""
@@ -43,10 +42,8 @@ class PoolDocument(BaseModel):
     """Optional evidence score (ranking attribute): +1 favours the P endpoint (supporting), −1 Q."""
 
 
-class CandidatePool(BaseModel):
+class CandidatePool(Record):
     """A fixed candidate pool (the contents of a pool file)."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     documents: list[PoolDocument] = Field(min_length=1)
     """The candidate documents in their canonical order (the order of every probability vector)."""
@@ -58,10 +55,8 @@ class CandidatePool(BaseModel):
         return self
 
 
-class ControllerConfig(BaseModel):
+class ControllerConfig(Record):
     """Settings of the pool search controller (fixed before any search)."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     budget: int = Field(default=10, ge=1)
     """Maximum number of searches K."""
@@ -85,10 +80,8 @@ class ControllerConfig(BaseModel):
     """Stop probability when the agent wishes to continue (paper: 0.10)."""
 
 
-class SearchRound(BaseModel):
+class SearchRound(Record):
     """The log of one search round."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     round: int
     """Round number t, starting at 1."""
@@ -176,10 +169,8 @@ def selection_probs(
     return explore_softmax(logits, config.epsilon)
 
 
-class SampledStop(BaseModel):
+class SampledStop(Record):
     """The logged decision to stop before a round (adaptive stopping)."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     round: int
     """The round t that was not run."""

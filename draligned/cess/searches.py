@@ -16,11 +16,12 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from draligned.cess.perspectrum import PerspectrumClaim
 from draligned.cess.pool import ControllerConfig, PoolController, PoolIndex
 from draligned.cess.trajectory import Ranking, Trajectory
+from draligned.records import Record
 
 Stopping = Literal["fixed", "adaptive"]
 CONTROLLERS = ("tfidf", "mmr")
@@ -28,10 +29,8 @@ STOPPING: tuple[Stopping, Stopping] = ("fixed", "adaptive")
 RANKINGS: tuple[Ranking, Ranking] = ("pro", "anti")
 
 
-class SearchSettings(BaseModel):
+class SearchSettings(Record):
     """How the benchmark searches (fixed before any outcome is seen)."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     seeds: int = Field(default=3, ge=1)
     """Paired replicates per (claim, controller, stopping)."""

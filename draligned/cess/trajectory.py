@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import jsonschema
-from pydantic import BaseModel, ConfigDict
+
+from draligned.records import Record
 
 SCHEMA_PATH = Path(__file__).with_name("trajectory.schema.json")
 PROB_SUM_TOLERANCE = 1e-6
@@ -35,10 +36,8 @@ class TrajectoryError(ValueError):
         self.field = field
 
 
-class TrajectoryPool(BaseModel):
+class TrajectoryPool(Record):
     """The candidate pool of one trajectory."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     doc_ids: list[str]
     """Every candidate document, in the order of each round's probability vector."""
@@ -48,10 +47,8 @@ class TrajectoryPool(BaseModel):
     """Outcome-model prediction per document, fixed before the search; None means m ≡ 0 (IPW)."""
 
 
-class TrajectoryRound(BaseModel):
+class TrajectoryRound(Record):
     """One logged selection round."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     probs: list[float]
     """Selection probability of every pool document at this round, in ``doc_ids`` order."""
@@ -63,10 +60,8 @@ class TrajectoryRound(BaseModel):
     """Evidence score of the chosen document; when None it is read from ``pool.y``."""
 
 
-class Trajectory(BaseModel):
+class Trajectory(Record):
     """One logged search over a candidate pool (one JSON Lines record)."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     trajectory_id: str
     """Unique id of this trajectory."""

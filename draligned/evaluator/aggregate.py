@@ -11,9 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
-
 from draligned.cards import Endpoint
+from draligned.records import Record
 
 RestoredSide = Literal["P_SIDE", "Q_SIDE", "BOTH", "NEITHER", "UNKNOWN"]
 Label = Literal["P_LEAN", "Q_LEAN", "BOTH_APPLIED", "NO_DIRECTION"]
@@ -26,11 +25,7 @@ Reason = Literal["READS_AGREE", "READS_DISAGREE", "NO_MAIN_ADVICE", "RESTATEMENT
 STATES: tuple[str, ...] = State.__args__  # type: ignore[attr-defined]
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
-
-
-class AxisItem(_Frozen):
+class AxisItem(Record, frozen=True):
     """The fields of one extracted item that the frozen aggregation reads (Table 14)."""
 
     axis_id: str
@@ -43,7 +38,7 @@ class AxisItem(_Frozen):
     """Side after restoring ALPHA/BETA to P/Q."""
 
 
-class ReadLabel(_Frozen):
+class ReadLabel(Record, frozen=True):
     """The label of one read of one document on one factor, with its basis and counts."""
 
     label: Label | None
@@ -58,7 +53,7 @@ class ReadLabel(_Frozen):
     """Main-advice items on neither side."""
 
 
-class StateDecision(_Frozen):
+class StateDecision(Record, frozen=True):
     """A directional state with the reason the program gave it."""
 
     state: State

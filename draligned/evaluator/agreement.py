@@ -9,18 +9,15 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Hashable
 
-from pydantic import BaseModel, ConfigDict
-
 from draligned.evaluator.aggregate import read_label
 from draligned.evaluator.packets import Manifest
 from draligned.evaluator.states import StateRow
 from draligned.evaluator.storage import ReadRecord, ReadStore
+from draligned.records import Record
 
 
-class Agreement(BaseModel):
+class Agreement(Record):
     """Agreement of two raters over the units both rated."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     group: str
     """What was compared (a phase, or "all")."""

@@ -12,10 +12,11 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from draligned.hashing import sha256_bytes
 from draligned.models.base import ModelDeclaration
+from draligned.records import Record
 
 PacketKind = Literal["requests", "document"]
 
@@ -24,11 +25,7 @@ class EvaluatorError(Exception):
     """An evaluator file that cannot be used."""
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
-
-
-class PromptFiles(_Model):
+class PromptFiles(Record):
     """Paths (relative to the evaluator file) of the two packet kinds' files."""
 
     requests: str
@@ -37,7 +34,7 @@ class PromptFiles(_Model):
     """File for document packets."""
 
 
-class EvaluatorFile(_Model):
+class EvaluatorFile(Record):
     """The evaluator TOML as written."""
 
     evaluator_id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -56,7 +53,7 @@ class EvaluatorFile(_Model):
     """The model that reads, declared as in studies."""
 
 
-class Evaluator(_Model):
+class Evaluator(Record):
     """A loaded evaluator: its file, the texts of its templates and schemas, and their hashes."""
 
     spec: EvaluatorFile

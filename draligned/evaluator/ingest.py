@@ -12,11 +12,11 @@ import json
 from typing import Any, Literal
 
 import jsonschema
-from pydantic import BaseModel, ConfigDict
 
 from draligned.evaluator.aggregate import AxisItem, RestoredSide
 from draligned.evaluator.orientation import restore
 from draligned.evaluator.packets import Manifest
+from draligned.records import Record
 
 
 class ExtractedItem(AxisItem):
@@ -38,10 +38,8 @@ class ExtractedItem(AxisItem):
     """Free text, not used by the aggregation."""
 
 
-class RequestLabel(BaseModel):
+class RequestLabel(Record, frozen=True):
     """One request's label on one factor, restored to P/Q."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     request_id: str
     """Request id in the packet (r001, ...)."""
@@ -51,10 +49,8 @@ class RequestLabel(BaseModel):
     """P_SIDE, Q_SIDE, BOTH, NEITHER or UNKNOWN."""
 
 
-class Ingested(BaseModel):
+class Ingested(Record):
     """The outcome of ingesting one response: items or labels, or the reason it failed."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     ok: bool
     """False means READ_FAILED: the read stays missing."""

@@ -14,13 +14,11 @@ import re
 from collections.abc import Callable
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
-
 from draligned.cards import Card
 from draligned.evaluator.config import Evaluator, PacketKind
 from draligned.evaluator.orientation import ReadNo, alpha_is_p
 from draligned.hashing import sha256_json, sha256_text
-from draligned.records import DraftEvent, RunRecord, ToolCallEvent
+from draligned.records import DraftEvent, Record, RunRecord, ToolCallEvent
 
 Phase = Literal["requests", "draft", "final"]
 MAX_REQUESTS = {1: 32, 2: 12}  # per packet, by number of factors (Table 13)
@@ -30,11 +28,7 @@ _CONDITION = re.compile(r"\b(?i:arm|cell|condition|endpoint)\s*[:=]?\s*(?:PP|PQ|
                         r"|\b[PQ]_(?:SIDE|LEAN)\b|\b(?i:assigned (?:endpoint|arm|condition))\b")
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
-
-
-class Unit(_Model):
+class Unit(Record):
     """One thing read twice: a chunk of a run's requests, or one document; program side."""
 
     run_id: str
@@ -57,7 +51,7 @@ class Unit(_Model):
     """Hash of the orientation-free content; decides read 1's orientation."""
 
 
-class Manifest(_Model):
+class Manifest(Record):
     """Program-side record of one packet (one read of one unit); never shown to the evaluator."""
 
     packet_id: str
@@ -100,7 +94,7 @@ class Manifest(_Model):
     """Leak findings; a non-empty list means the packet was not sent (fail closed)."""
 
 
-class Packet(_Model):
+class Packet(Record):
     """A rendered prompt and its manifest."""
 
     prompt: str

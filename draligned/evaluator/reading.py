@@ -15,8 +15,6 @@ from collections import defaultdict
 from collections.abc import Iterable
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict
-
 from draligned.archive.store import Archive, ArchiveError
 from draligned.cards import Card
 from draligned.evaluator.config import Evaluator, EvaluatorError
@@ -31,7 +29,7 @@ from draligned.evaluator.packets import (
 )
 from draligned.evaluator.storage import ReadRecord, ReadStore
 from draligned.models.base import PROTOCOLS, ModelAPI, get_model
-from draligned.records import Message, RunRecord
+from draligned.records import Message, Record, RunRecord
 
 PHASES: tuple[Phase, ...] = ("requests", "draft", "final")
 
@@ -40,10 +38,8 @@ EVALUATOR_PROTOCOLS: dict[str, str] = {**PROTOCOLS, "sim-evaluator": "draligned.
 (registered here, where the evaluator lives, so a study cannot declare it; imported only when used)."""
 
 
-class ReadSummary(BaseModel):
+class ReadSummary(Record):
     """What one ``draligned read`` did."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     packets: int = 0
     """Packets built (two per unit; identical prompts of different runs count once per run)."""

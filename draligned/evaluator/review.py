@@ -15,7 +15,7 @@ import json
 from collections import defaultdict
 from typing import Literal, cast
 
-from pydantic import BaseModel, ConfigDict, TypeAdapter
+from pydantic import TypeAdapter
 
 from draligned.archive.store import Archive, write_once
 from draligned.archive.tables import ArchiveTables
@@ -25,6 +25,7 @@ from draligned.evaluator.packets import paragraphs
 from draligned.evaluator.reading import load_card
 from draligned.evaluator.states import StateRow
 from draligned.hashing import sha256_text
+from draligned.records import Record
 
 ANSWERS = ("ALPHA_SIDE", "BETA_SIDE", "BOTH", "NEITHER", "UNKNOWN")
 QUESTION = ("On this factor, which side is the report's main recommendation on? Answer ALPHA_SIDE, "
@@ -32,11 +33,7 @@ QUESTION = ("On this factor, which side is the report's main recommendation on? 
             "or it cannot be told).")
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
-
-
-class KeyEntry(_Model):
+class KeyEntry(Record):
     """Program-side key of one sheet item."""
 
     item_id: str
@@ -53,7 +50,7 @@ class KeyEntry(_Model):
     """The instrument's answer restored to P_SIDE/Q_SIDE/BOTH/NEITHER/UNKNOWN."""
 
 
-class AnswersImport(_Model):
+class AnswersImport(Record):
     """An import of answer files (``reviews/<evaluator_id>/imports/<sha256>.json``)."""
 
     answers_blobs: list[str]

@@ -11,8 +11,6 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from typing import Literal, TypedDict
 
-from pydantic import BaseModel, ConfigDict
-
 from draligned.archive.store import Archive
 from draligned.cards import Card, Endpoint, comparisons
 from draligned.evaluator.aggregate import (
@@ -27,14 +25,10 @@ from draligned.evaluator.aggregate import (
 from draligned.evaluator.packets import Manifest, Phase
 from draligned.evaluator.reading import load_card, pair_key
 from draligned.evaluator.storage import ReadRecord, ReadStore
-from draligned.records import DraftEvent, RunRecord, ToolCallEvent
+from draligned.records import DraftEvent, Record, RunRecord, ToolCallEvent
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
-
-
-class StateRow(_Model):
+class StateRow(Record):
     """The state of one run's phase/document on one axis, with its reason and evidence."""
 
     evaluator_id: str
@@ -61,7 +55,7 @@ class StateRow(_Model):
     """Documents: the two reads' labels (restored), when both were ingested."""
 
 
-class PairCell(_Model):
+class PairCell(Record):
     """Arm A's state beside arm B's for one phase/document of one replicate pair (Table 22)."""
 
     card_id: str

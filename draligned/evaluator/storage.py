@@ -19,18 +19,16 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 
 from draligned.archive.store import Archive, ArchiveError, write_once
 from draligned.evaluator.ingest import ExtractedItem, RequestLabel
 from draligned.evaluator.packets import Manifest
-from draligned.records import Usage
+from draligned.records import Record, Usage
 
 
-class ReadRecord(BaseModel):
+class ReadRecord(Record):
     """One read of one packet, written once after its raw response was archived."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     packet_id: str
     """The packet read."""

@@ -17,20 +17,18 @@ from enum import StrEnum
 from typing import ClassVar, Literal, Protocol
 
 import jsonschema
-from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
+from pydantic import SerializerFunctionWrapHandler, model_serializer
 
 from draligned.archive.writer import RunWriter
 from draligned.harness import LoadedContract
 from draligned.models import ModelAPI, ModelError
-from draligned.records import Message, ModelReply, RunRecord, RunStatus, ToolCall, ToolCallEvent, ToolSpec
+from draligned.records import Message, ModelReply, Record, RunRecord, RunStatus, ToolCall, ToolCallEvent, ToolSpec
 from draligned.tools.acquisition import AcquisitionTools, SearchBackend
 from draligned.tools.errors import ToolError
 
 
-class Budget(BaseModel):
+class Budget(Record):
     """Per-run budget from the study."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     max_model_calls: int = 30
     """Model calls allowed in the run (root and workers together)."""

@@ -12,13 +12,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from draligned.hashing import sha256_json
 from draligned.models.checks import ModelChecks
 from draligned.models.pricing import Price
 from draligned.models.retry import RetryPolicy
-from draligned.records import Message, ModelAttempt, ModelReply, ToolSpec
+from draligned.records import Message, ModelAttempt, ModelReply, Record, ToolSpec
 
 #: protocol name -> "module:Class" of the agent models; imported only when a study uses the protocol.
 #: Other registries (the evaluator's simulator) extend it where they live and pass it to ``get_model``.
@@ -46,10 +46,8 @@ class ModelError(Exception):
         """The failed attempts of the call, recorded in the run before the failure."""
 
 
-class ModelDeclaration(BaseModel):
+class ModelDeclaration(Record):
     """A ``[[models]]`` table of a study (or an evaluator file)."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     name: str
     """Name used in the study and in reports (e.g. deepseek-off)."""

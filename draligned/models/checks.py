@@ -7,15 +7,11 @@ call. A violated check is recorded on the model call and fails the run with that
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
-
-from draligned.records import ModelReply
+from draligned.records import ModelReply, Record
 
 
-class ModelChecks(BaseModel):
+class ModelChecks(Record):
     """The ``checks`` table of a model declaration."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     require_zero_reasoning_tokens: bool = False
     """A reply that reports any reasoning tokens is a protocol violation."""

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
-
-from draligned.records import Usage
+from draligned.records import Record, Usage
 
 
-class Price(BaseModel):
+class Price(Record):
     """The ``price`` table of a model declaration, in US dollars per million tokens."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     input: float
     """Price of a million uncached prompt tokens."""

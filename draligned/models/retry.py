@@ -16,9 +16,8 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 import tenacity
-from pydantic import BaseModel, ConfigDict
 
-from draligned.records import ModelAttempt
+from draligned.records import ModelAttempt, Record
 
 T = TypeVar("T")
 
@@ -28,10 +27,8 @@ SLEEP: Callable[[float], Awaitable[None]] = asyncio.sleep
 RETRYABLE_STATUS = frozenset({408, 409, 429})
 
 
-class RetryPolicy(BaseModel):
+class RetryPolicy(Record):
     """The ``retry`` table of a model declaration (transport only: not part of any hash)."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     max_attempts: int = 6
     """Attempts per model call, the first included."""

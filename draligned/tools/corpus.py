@@ -14,9 +14,10 @@ from typing import Literal
 
 import bm25s
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from draligned.hashing import sha256_bytes
+from draligned.records import Record
 from draligned.tools.jsonl import parse_documents, read_file
 
 __all__ = [
@@ -36,10 +37,8 @@ class CorpusError(ValueError):
     """A corpus file is unreadable or has a bad line (message names file, line and field)."""
 
 
-class CorpusDocument(BaseModel):
+class CorpusDocument(Record, frozen=True):
     """One synthetic web page of the corpus."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True)
 
     id: str = Field(min_length=1)
     """Stable document id, unique within the corpus (e.g. ``d001``)."""
@@ -53,10 +52,8 @@ class CorpusDocument(BaseModel):
     """Language of the page."""
 
 
-class SearchHit(BaseModel):
+class SearchHit(Record, frozen=True):
     """One ranked result of ``Corpus.search``."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True)
 
     doc_id: str
     """Id of the matching document."""

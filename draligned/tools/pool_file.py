@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from draligned.cess.pool import CandidatePool, PoolDocument
 from draligned.hashing import sha256_bytes
+from draligned.records import Record
 from draligned.tools.corpus import CorpusDocument
 from draligned.tools.jsonl import parse_documents, read_file
 
@@ -25,10 +26,8 @@ class PoolFileError(ValueError):
     """An unreadable pool file or a bad line (message: ``file:line: field 'x': problem``)."""
 
 
-class PoolFileDocument(BaseModel):
+class PoolFileDocument(Record, frozen=True):
     """One line of a pool file."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True)
 
     id: str = Field(min_length=1)
     """Stable document id, unique within the pool (logged as the chosen id)."""

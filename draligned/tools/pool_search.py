@@ -25,12 +25,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from draligned.archive.writer import RunWriter
 from draligned.cess.pool import ControllerConfig, PoolController, PoolIndex
 from draligned.hashing import sha256_json
-from draligned.records import DraftEvent, PoolRoundEvent, RunRecord, SearchCondition, Slot
+from draligned.records import DraftEvent, PoolRoundEvent, Record, RunRecord, SearchCondition, Slot
 from draligned.tools.acquisition import SearchBackend, SearchSpent
 from draligned.tools.corpus import Corpus, CorpusDocument, SearchHit, load_corpus, tokenize
 from draligned.tools.pool_file import LoadedPool, load_pool
@@ -41,10 +41,8 @@ SPENT_MESSAGE = (
 )
 
 
-class SearchSpec(BaseModel):
+class SearchSpec(Record):
     """The ``[search]`` table of a study (absent: the corpus backend)."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     backend: Literal["corpus", "pool"] = "corpus"
     """``corpus``: BM25 over the study's corpus; ``pool``: logged candidate-pool search."""
