@@ -25,7 +25,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (  # bottom first: (layer, its
     ("study · analysis · evaluator · cess on archives",
      ("draligned.study", "draligned.analysis", "draligned.evaluator", "draligned.cess.archive_runs",
       "draligned.cess.pairs")),
-    ("demo · report · runner", ("draligned.indexing", "draligned.runner", "draligned.workflow", "draligned.demo")),
+    ("demo · report · runner",
+     ("draligned.indexing", "draligned.runner", "draligned.workflow", "draligned.archive_summary", "draligned.demo")),
     ("cli", ("draligned.cli",)),
 )
 """A module belongs to the part with its longest prefix (``draligned`` itself: the package root only)."""

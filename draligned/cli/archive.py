@@ -6,12 +6,12 @@ import argparse
 import json
 import sys
 
-import duckdb
 from rich.console import Console
 from rich.table import Table
 
 from draligned.archive import Archive, ArchiveError
-from draligned.indexing import connect, rebuild, verify
+from draligned.archive_summary import archive_stats, list_runs
+from draligned.indexing import rebuild, verify
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -63,38 +63,8 @@ def cmd_reindex(args: argparse.Namespace) -> int:
     return 0
 
 
-TOTALS = ("model_calls", "tool_calls", "input_tokens", "output_tokens", "reasoning_tokens",
-          "cached_tokens", "cache_hits", "failed_attempts")
-
-
-def stats(archive: Archive) -> dict:
-    """Archive totals from the index (runs count run attempts, including interrupted ones), overall
-    and per model; ``cost_usd`` is None unless some model was priced."""
-    sums = ", ".join(f"coalesce(sum({k}), 0)" for k in TOTALS)
-    query = f"""SELECT {{group}} count(*), count(*) FILTER (status = 'completed'), {sums}, sum(cost_usd)
-                FROM runs {{by}}"""
-    try:
-        with connect(archive) as con:
-            total = con.execute(query.format(group="", by="")).fetchone()
-            per_model = con.execute(query.format(group="model,", by="GROUP BY model ORDER BY model")).fetchall()
-    except duckdb.BinderException:  # an index built by an older version: rebuild it from the files
-        rebuild(archive)
-        return stats(archive)
-    keys = ("runs", "completed_runs", *TOTALS, "cost_usd")
-
-    def row(values: tuple) -> dict:
-        return {k: (None if v is None else round(float(v), 6)) if k == "cost_usd" else int(v)
-                for k, v in zip(keys, values, strict=True)}
-
-    assert total is not None  # an aggregate without GROUP BY returns one row
-    out = row(total)
-    out["blobs"] = len(archive.blob_shas())
-    out["by_model"] = {r[0]: row(r[1:]) for r in per_model}
-    return out
-
-
 def cmd_stats(args: argparse.Namespace) -> int:
-    data = stats(Archive(args.archive))
+    data = archive_stats(Archive(args.archive)).model_dump()
     if args.json:
         print(json.dumps(data, sort_keys=True))
         return 0
@@ -113,17 +83,12 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
-    archive = Archive(args.archive)
-    with connect(archive) as con:
-        rows = con.execute("""SELECT run_id, attempt, card_id, arm, model, harness, seed, status,
-                                     model_calls, tool_calls, drafts, final_blob IS NOT NULL
-                              FROM runs ORDER BY card_id, seed, model, harness, arm, attempt""").fetchall()
     table = Table()
     for col in ("run", "attempt", "card", "arm", "model", "harness", "seed", "status", "calls",
                 "tools", "drafts", "final"):
         table.add_column(col)
-    for r in rows:
-        table.add_row(*(str(x) for x in r))
+    for run in list_runs(Archive(args.archive)):
+        table.add_row(*(str(x) for x in run.model_dump().values()))
     Console(width=160).print(table)
     return 0
 
