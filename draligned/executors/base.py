@@ -168,7 +168,6 @@ class Loop:
     """One agent context driven until it delivers, fails or spends the shared ledger."""
 
     setup: RunSetup
-    writer: RunWriter
     tools: list[ToolSpec]
     handlers: dict[str, Handler]
     role: str = "executor"
@@ -177,6 +176,11 @@ class Loop:
     records_final: bool = True
     """False for H-D workers: their text-only reply goes back to the root, not into a FinalEvent."""
     _validators: dict[str, jsonschema.protocols.Validator] = field(default_factory=dict)
+
+    @property
+    def writer(self) -> RunWriter:
+        """The run's one writer (root and workers append to the same record)."""
+        return self.setup.writer
 
     def __post_init__(self) -> None:
         for spec in self.tools:

@@ -29,7 +29,7 @@ class H00Executor(Executor):
         writer = s.writer
         writer.start()
         loop = Loop(
-            setup=s, writer=writer, tools=s.contract.contract.tools,
+            setup=s, tools=s.contract.contract.tools,
             handlers={**acquisition_handlers(self.acquisition),
                       "write_report": self._write_report, "submit_report": self._submit_report},
             messages=[Message(role="system", content=s.system_prompt),

@@ -87,7 +87,7 @@ class HDExecutor(HWExecutor):
         listing = ", ".join(f"/workspace/{INPUTS}/{self.workspace.relative(p)}" for p in files) or "none"
         task_text = self.contract.returns["worker_task"].format(assignment=assignment, input_files=listing)
         tools = WorkspaceTools(self.contract, self.backend, scratch)
-        loop = Loop(setup=self.setup, writer=self.writer, tools=self.worker_tools, handlers=tools.handlers(),
+        loop = Loop(setup=self.setup, tools=self.worker_tools, handlers=tools.handlers(),
                     role=role, messages=[Message(role="system", content=self.worker_prompt),
                                          Message(role="user", content=task_text)],
                     after_tool=Snapshotter(self.writer, scratch, role, drafts=False,

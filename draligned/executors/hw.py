@@ -146,7 +146,7 @@ class HWExecutor(Executor):
         s = self.setup
         self.writer.start()
         self.writer.notice("draft_final_identity_structural", STRUCTURAL_NOTICE)
-        loop = Loop(setup=s, writer=self.writer, tools=self.contract.tools, handlers=self.handlers(),
+        loop = Loop(setup=s, tools=self.contract.tools, handlers=self.handlers(),
                     messages=[Message(role="system", content=s.system_prompt),
                               Message(role="user", content=s.user_message)],
                     after_tool=self.after_tool)
