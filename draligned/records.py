@@ -13,6 +13,16 @@ from pydantic import BaseModel, ConfigDict, Field
 from draligned.hashing import sha256_json
 
 
+def _is_none(value: Any) -> bool:
+    return value is None
+
+
+def later(default: Any = None) -> Any:
+    """A field added after archives existed: None by default and left out of dumps while None, so the
+    ``record_sha256`` of an older record and the replay-cache key of an older context are unchanged."""
+    return Field(default=default, exclude_if=_is_none)
+
+
 class Record(BaseModel):
     """Base for every archived record: strict fields, attribute docstrings as descriptions."""
 
@@ -59,6 +69,20 @@ class Message(Record):
     """For a tool result: the id of the call it answers."""
     name: str | None = None
     """For a tool result: the tool's name."""
+    reasoning: ReasoningState | None = later()
+    """For an assistant turn: the provider's reasoning state to send back unchanged (responses-API
+    reasoning items, Anthropic thinking blocks with their signatures); None when there is none."""
+
+
+class ReasoningState(Record):
+    """Provider-specific reasoning of one assistant turn, carried opaquely across the tool loop."""
+
+    protocol: str
+    """The protocol that produced it (only that protocol sends it back)."""
+    items: list[dict[str, Any]] = Field(default_factory=list)
+    """The reasoning items / thinking blocks exactly as received, in order."""
+    response_id: str | None = None
+    """The responses-API id of the reply (used as ``previous_response_id`` when ``store = true``)."""
 
 
 class Usage(Record):
@@ -95,6 +119,8 @@ class ModelAttempt(Record):
     """Seconds waited before the next attempt; None when no further attempt was made."""
     detail: str = ""
     """Short error message (credentials redacted)."""
+    connection_limit: int | None = later()
+    """The adaptive connection limit of the model after this failure (``max_connections = "auto"``)."""
 
 
 class ModelReply(Record):
@@ -124,6 +150,31 @@ class ModelReply(Record):
     """Failed attempts (retried) before this reply arrived; empty when the first attempt succeeded."""
     cache_hit: bool = False
     """True when the reply was replayed from the exact-input cache instead of sent."""
+    reasoning: ReasoningState | None = later()
+    """Reasoning state the next request of the context must carry back (see ``Message.reasoning``)."""
+    request_headers: dict[str, str] | None = later()
+    """The model's declared ``headers``, sent verbatim with the request; None when it declares none."""
+    response_headers: dict[str, str] | None = later()
+    """HTTP response headers of the successful attempt, secrets removed; None for the simulator."""
+    gateway: GatewayInfo | None = later()
+    """What a gateway's headers (or body fields) said about the call; None when no gateway showed itself."""
+    connection_limit: int | None = later()
+    """The adaptive connection limit of the model after this call (``max_connections = "auto"``)."""
+
+
+class GatewayInfo(Record):
+    """What a gateway in front of the provider reported about one call (LiteLLM, OpenRouter, ...)."""
+
+    gateway: str
+    """Which gateway's documented headers or fields were read (litellm, openrouter, portkey, ngrok)."""
+    served_model: str | None = None
+    """The upstream model that answered, as the gateway names it."""
+    upstream_provider: str | None = None
+    """The upstream provider (or its API base) the gateway routed to."""
+    retries: int | None = None
+    """Retries the gateway made itself (draligned never sees them as attempts)."""
+    cost_usd: float | None = None
+    """Cost the gateway reported for the call."""
 
 
 # --------------------------------------------------------------------------- run events
@@ -213,9 +264,18 @@ class ModelCallEvent(RunEvent):
     """True when the reply was replayed from the exact-input cache."""
     cost_usd: float | None = None
     """Cost of the call from the model's price table; None when the model is not priced."""
+    request_headers: dict[str, str] | None = later()
+    """The declared headers sent verbatim with the request (e.g. x-litellm-num-retries); None without."""
+    headers_blob: str | None = later()
+    """sha256 of the canonical JSON of the reply's HTTP response headers (secrets removed)."""
+    gateway: GatewayInfo | None = later()
+    """Served model, upstream provider, retries and cost a gateway reported; None when none showed itself."""
+    connection_limit: int | None = later()
+    """The model's adaptive connection limit after this call (``max_connections = "auto"``)."""
 
     def blob_refs(self) -> list[tuple[str, str]]:
-        return [(self.request_blob, "model_request"), (self.response_blob, "model_response")]
+        refs = [(self.request_blob, "model_request"), (self.response_blob, "model_response")]
+        return refs + ([(self.headers_blob, "model_response_headers")] if self.headers_blob else [])
 
     def index_columns(self) -> EventColumns:
         u = self.usage
@@ -465,7 +525,7 @@ class Slot(Record):
     """sha256 of the harness contract file."""
     search_sha256: str
     """sha256 of the search backend's data (corpus or pool file)."""
-    budget: dict[str, int]
+    budget: dict[str, int | float]
     """Per-run budget (max_model_calls, max_tool_calls)."""
     seed: int
     """Replicate seed; the same for the arms of one replicate so paired runs share randomness."""

@@ -73,6 +73,9 @@ class StudySpec(Record):
     """Exact-input replay cache mode (``draligned run --cache`` overrides it)."""
     cache_dir: str | None = None
     """Replay cache directory, relative to the study file; default ``<archive>/cache``."""
+    max_cost_usd: float | None = None
+    """Study-wide spend cap in US dollars over the archive's runs of this study: once reached no new run
+    starts (running ones finish; their slots stay unstarted for a later ``run``). Needs every model priced."""
 
     @field_validator("seeds", "concurrency")
     @classmethod
@@ -100,8 +103,24 @@ class StudySpec(Record):
     def _positive_budget(self) -> StudySpec:
         """Limits must be positive: a zero or negative limit ends every run before its first call."""
         for key, value in self.budget.model_dump().items():
-            if value < 1:
+            if key == "max_cost_usd" and not value > 0:
+                raise field_error(("budget", key), f"must be more than 0 (got {value})")
+            if key != "max_cost_usd" and value < 1:
                 raise field_error(("budget", key), f"must be at least 1 (got {value})")
+        if self.max_cost_usd is not None and not self.max_cost_usd > 0:
+            raise field_error(("max_cost_usd",), f"must be more than 0 (got {self.max_cost_usd})")
+        return self
+
+    @model_validator(mode="after")
+    def _priced_for_cost_caps(self) -> StudySpec:
+        """A cost cap can only be kept when every call has a price: refuse it for an unpriced model."""
+        cap = ("budget", "max_cost_usd") if self.budget.max_cost_usd is not None else (
+            ("max_cost_usd",) if self.max_cost_usd is not None else None)
+        if cap is not None:
+            for i, m in enumerate(self.models):
+                if m.price is None:
+                    raise field_error(("models", i, "price"), f"model {m.name!r} has no price table, so the "
+                                                              f"cost cap {dotted(cap)} cannot be kept for it")
         return self
 
     @model_validator(mode="after")

@@ -208,7 +208,7 @@ def test_a_stalled_attempt_times_out_and_is_retried(tmp_path, proto):
       "parallel_tool_calls": False}),
     ("openai-responses", 'request = { reasoning = { effort = "none" } }',
      {"reasoning": {"effort": "none"}, "temperature": 1.0, "max_output_tokens": 16000,
-      "parallel_tool_calls": False}),
+      "parallel_tool_calls": False, "store": False, "include": ["reasoning.encrypted_content"]}),
     ("anthropic", 'request = { thinking = { type = "disabled" } }\nomit = ["temperature"]',
      {"thinking": {"type": "disabled"}, "max_tokens": 16000,
       "tool_choice": {"type": "auto", "disable_parallel_tool_use": True}}),

@@ -71,6 +71,9 @@ class RunWriter:
             usage=reply.usage, latency_s=round(reply.latency_s, 6),
             n_tool_calls=len(reply.tool_calls), anomalies=reply.anomalies,
             violations=violations or [], cache_hit=reply.cache_hit, cost_usd=cost_usd,
+            request_headers=reply.request_headers, headers_blob=(None if reply.response_headers is None
+                          else self.archive.put_json_blob(reply.response_headers)),
+            gateway=reply.gateway, connection_limit=reply.connection_limit,
         )
         c = self.record.counters
         c.model_calls += 1

@@ -38,9 +38,11 @@ class Budget(Record):
     """Input plus output tokens allowed in the run (root and workers together); None: no limit."""
     max_wall_s: int | None = None
     """Wall-clock seconds from the start of the run after which no model call is made; None: no limit."""
+    max_cost_usd: float | None = None
+    """US dollars the run's priced model calls may cost (root and workers together); None: no limit."""
 
     @model_serializer(mode="wrap")
-    def _omit_unset_limits(self, handler: SerializerFunctionWrapHandler) -> dict[str, int]:
+    def _omit_unset_limits(self, handler: SerializerFunctionWrapHandler) -> dict[str, int | float]:
         """Unset (None) limits are left out, so the slot ids of studies that do not set them are unchanged."""
         return {k: v for k, v in handler(self).items() if v is not None}
 
@@ -52,6 +54,7 @@ class BudgetSpent(StrEnum):
     TOOL_CALLS = "tool-call budget spent"
     TOKENS = "token budget spent"
     WALL_TIME = "wall-time budget spent"
+    COST = "cost budget spent"
     BY_WORKERS = "budget spent by delegated workers"
 
 
@@ -74,6 +77,8 @@ class Ledger:
             return BudgetSpent.TOKENS
         if b.max_wall_s is not None and time.monotonic() - self.started >= b.max_wall_s:
             return BudgetSpent.WALL_TIME
+        if b.max_cost_usd is not None and (c.cost_usd or 0.0) >= b.max_cost_usd:
+            return BudgetSpent.COST
         return None
 
     def can_call_model(self) -> bool:
@@ -200,11 +205,12 @@ class Loop:
                 self.writer.attempts(exc.attempts, self.role)
                 return LoopResult("failed", f"model error: {exc}")
             decl = s.model.declaration
-            violations = decl.checks.violations(reply)
+            violations = decl.checks.violations(reply, decl.model)
             self.writer.model_call(reply, self.role, violations, decl.price.cost(reply.usage) if decl.price else None)
             if violations:
                 return LoopResult("failed", "model check failed: " + "; ".join(violations))
-            self.messages.append(Message(role="assistant", content=reply.text, tool_calls=reply.tool_calls))
+            self.messages.append(Message(role="assistant", content=reply.text, tool_calls=reply.tool_calls,
+                                         reasoning=reply.reasoning))
             if not reply.tool_calls:
                 return self._no_tool_reply(reply)
             if len(reply.tool_calls) > 1:

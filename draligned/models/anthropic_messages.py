@@ -4,8 +4,9 @@ Generic request fields map as: ``max_output_tokens`` → ``max_tokens``, ``tempe
 is, ``parallel_tool_calls = false`` → ``tool_choice = {type = "auto",
 disable_parallel_tool_use = true}`` (a declared ``tool_choice`` wins). System messages go
 to the top-level ``system`` field. ``thinking`` and any other declared field are sent
-verbatim. Extended thinking with tool use would need the thinking blocks sent back, which
-the provider-neutral context does not keep: declare no thinking for tool-using runs.
+verbatim. With extended thinking (``thinking = {type = "enabled", budget_tokens = N}``) the
+reply's thinking and redacted_thinking blocks, signatures included, are kept on the assistant
+turn and sent back unchanged at the start of that turn, as tool use with thinking requires.
 """
 
 from __future__ import annotations
@@ -15,8 +16,11 @@ from typing import Any
 import anthropic
 
 from draligned.models import wire
-from draligned.models.remote import RemoteModel
-from draligned.records import Message, ToolSpec, Usage
+from draligned.models.remote import Posted, RemoteModel
+from draligned.records import Message, ReasoningState, ToolSpec, Usage
+
+PROTOCOL = "anthropic"
+THINKING = ("thinking", "redacted_thinking")
 
 
 def anthropic_messages(messages: list[Message]) -> tuple[str | None, list[dict[str, Any]]]:
@@ -33,7 +37,9 @@ def anthropic_messages(messages: list[Message]) -> tuple[str | None, list[dict[s
             else:
                 out.append({"role": "user", "content": [block]})
         elif m.role == "assistant":
-            blocks: list[dict[str, Any]] = [{"type": "text", "text": m.content}] if m.content else []
+            blocks: list[dict[str, Any]] = (list(m.reasoning.items) if m.reasoning is not None
+                                            and m.reasoning.protocol == PROTOCOL else [])
+            blocks += [{"type": "text", "text": m.content}] if m.content else []
             # Unparseable arguments cannot be sent back as an input object; the tool error says why.
             blocks += [{"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments or {}}
                        for c in m.tool_calls]
@@ -67,20 +73,22 @@ class AnthropicMessages(RemoteModel):
                 body["tool_choice"] = {"type": "auto", "disable_parallel_tool_use": True}
         return body | fields
 
-    async def post(self, client: Any, body: dict[str, Any], timeout: float) -> tuple[bytes, str]:
+    async def post(self, client: Any, body: dict[str, Any], timeout: float) -> Posted:
         rest = {k: v for k, v in body.items() if k not in ("model", "messages", "max_tokens")}
         # An explicit timeout also stops the SDK refusing large non-streaming max_tokens.
         raw = await client.messages.with_raw_response.create(
             model=body["model"], messages=body["messages"], max_tokens=body.get("max_tokens", 4096),
-            extra_body=rest, timeout=timeout)
-        return raw.http_request.content, raw.http_response.text
+            extra_body=rest, timeout=timeout, extra_headers=self.declaration.headers or None)
+        return raw.http_request.content, raw.http_response.text, raw.headers
 
     def read_reply(self, data: dict[str, Any]) -> dict[str, Any]:
         anomalies: list[str] = []
-        texts, calls = [], []
+        texts, calls, thinking = [], [], []
         for block in wire.as_list(data.get("content")):
             kind = wire.get(block, "type")
-            if kind == "text" and isinstance(block.get("text"), str):
+            if kind in THINKING:
+                thinking.append(block)
+            elif kind == "text" and isinstance(block.get("text"), str):
                 texts.append(block["text"])
             elif kind == "tool_use":
                 calls.append(wire.tool_call(block.get("id"), block.get("name"), block.get("input")))
@@ -99,5 +107,5 @@ class AnthropicMessages(RemoteModel):
             cached_tokens=cached,
         )
         return {"text": text, "tool_calls": calls, "finish_reason": finish, "refusal": refusal,
-                "usage": usage, "model_echo": wire.echo(data),
-                "anomalies": anomalies}
+                "usage": usage, "model_echo": wire.echo(data), "anomalies": anomalies,
+                "reasoning": ReasoningState(protocol=PROTOCOL, items=thinking) if thinking else None}

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import importlib
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from contextvars import ContextVar
 from typing import Any
 
 from pydantic import Field
@@ -35,6 +36,11 @@ DEFAULT_REQUEST_FIELDS: dict[str, Any] = {
     "max_output_tokens": 16000,
     "parallel_tool_calls": False,
 }
+
+
+RETRY_LISTENER: ContextVar[Callable[[int], None] | None] = ContextVar("retry_listener", default=None)
+"""Told +1 when a model call made in the current context starts retrying and -1 when that call ends:
+how the runner counts retrying runs live (each run sets its own listener)."""
 
 
 class ModelError(Exception):
@@ -70,7 +76,10 @@ class ModelDeclaration(Record):
     retry: RetryPolicy = Field(default_factory=RetryPolicy)
     """Retries, timeout and connection limit (transport only: not part of ``sha256``)."""
     price: Price | None = None
-    """US dollars per million tokens, for cost reporting (not part of ``sha256``)."""
+    """US dollars per million tokens, for cost reporting and cost caps (not part of ``sha256``)."""
+    headers: dict[str, str] = Field(default_factory=dict)
+    """HTTP headers sent verbatim with every request and recorded with each call (e.g.
+    ``x-litellm-num-retries = "0"`` to keep retries in draligned, where they are recorded)."""
 
     def request_fields(self) -> dict[str, Any]:
         """Defaults, minus omitted fields, updated with the declared request fields."""
@@ -81,8 +90,9 @@ class ModelDeclaration(Record):
     @property
     def sha256(self) -> str:
         """Hash of everything that determines what is sent and how replies are judged (no secrets;
-        transport and price settings excluded; default checks left out so older hashes hold)."""
-        skip = {"retry", "price"} | ({"checks"} if self.checks == ModelChecks() else set())
+        transport and price settings excluded; default checks and no headers left out so older hashes hold)."""
+        skip = {"retry", "price"} | ({"checks"} if self.checks == ModelChecks() else set()) | (
+            set() if self.headers else {"headers"})
         return sha256_json(self.model_dump(mode="json", exclude=skip))
 
 

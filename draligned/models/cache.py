@@ -1,10 +1,10 @@
 """The exact-input replay cache: a reply is reused only for a byte-identical input.
 
 Key: sha256 of the canonical JSON of protocol, base_url, requested model id, options,
-request fields, messages, tools and the replicate seed (so repeated samples never
-collapse); retry, timeout and connection settings are not part of it. Entries are
-write-once files ``<dir>/<key[:2]>/<key>.json`` holding the reply as received (request
-body and raw response text included). Modes: ``off``; ``read-write`` (reuse hits, store
+request fields, declared headers (when any), messages (with any reasoning state) and the
+replicate seed (so repeated samples never collapse); retry, timeout and connection settings
+are not part of it. Entries are write-once files ``<dir>/<key[:2]>/<key>.json`` holding the
+reply as received (request body and raw response text included). Modes: ``off``; ``read-write`` (reuse hits, store
 misses); ``read-only`` (a miss is an error: a study replays bit for bit with no request).
 """
 
@@ -30,6 +30,7 @@ def cache_key(decl: ModelDeclaration, messages: list[Message], tools: list[ToolS
         "options": decl.options, "request": decl.request_fields(),
         "messages": [m.model_dump(mode="json") for m in messages],
         "tools": [t.model_dump(mode="json") for t in tools], "seed": seed,
+        **({"headers": decl.headers} if decl.headers else {}),
     })
 
 

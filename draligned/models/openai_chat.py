@@ -14,7 +14,7 @@ from typing import Any
 import openai
 
 from draligned.models import wire
-from draligned.models.remote import RemoteModel
+from draligned.models.remote import Posted, RemoteModel
 from draligned.records import Message, ToolSpec, Usage
 
 
@@ -59,11 +59,12 @@ class OpenAIChat(RemoteModel):
         field = str(d.options.get("max_tokens_field", "max_completion_tokens"))
         return body | request_fields(d.request_fields(), bool(tools), field)
 
-    async def post(self, client: Any, body: dict[str, Any], timeout: float) -> tuple[bytes, str]:
+    async def post(self, client: Any, body: dict[str, Any], timeout: float) -> Posted:
         rest = {k: v for k, v in body.items() if k not in ("model", "messages")}
         raw = await client.chat.completions.with_raw_response.create(
-            model=body["model"], messages=body["messages"], extra_body=rest, timeout=timeout)
-        return raw.http_request.content, raw.text
+            model=body["model"], messages=body["messages"], extra_body=rest, timeout=timeout,
+            extra_headers=self.declaration.headers or None)
+        return raw.http_request.content, raw.text, raw.headers
 
     def read_reply(self, data: dict[str, Any]) -> dict[str, Any]:
         anomalies: list[str] = []

@@ -2,7 +2,15 @@
 
 Generic request fields keep their names here (``max_output_tokens``, ``temperature``,
 ``parallel_tool_calls``); family controls such as ``reasoning = { effort = "none" }`` are
-sent verbatim. The context is sent in full every call (stateless, no previous_response_id).
+sent verbatim.
+
+Storage and reasoning across the tool loop: ``store = false`` is sent unless the model declares
+``request.store``. With ``store = false`` the context is sent in full every call, with
+``include = ["reasoning.encrypted_content"]`` and every earlier reply's reasoning items passed back
+unchanged before that reply's output. With ``store = true`` the follow-up names the previous reply
+(``previous_response_id``) and sends only the items after it. Which one was used is in each call's
+recorded request fields (``store``, ``include`` or ``previous_response_id``).
+``options.carry_reasoning = false`` turns the include off for models that do not reason.
 """
 
 from __future__ import annotations
@@ -12,14 +20,19 @@ from typing import Any
 import openai
 
 from draligned.models import wire
-from draligned.models.remote import RemoteModel
-from draligned.records import Message, ToolSpec, Usage
+from draligned.models.remote import Posted, RemoteModel
+from draligned.records import Message, ReasoningState, ToolSpec, Usage
+
+PROTOCOL = "openai-responses"
+ENCRYPTED = "reasoning.encrypted_content"
 
 
 def input_items(messages: list[Message]) -> list[dict[str, Any]]:
-    """Provider-neutral messages as responses-API input items."""
+    """Provider-neutral messages as responses-API input items (reasoning items before their turn's output)."""
     out: list[dict[str, Any]] = []
     for m in messages:
+        if m.reasoning is not None and m.reasoning.protocol == PROTOCOL:
+            out += m.reasoning.items
         if m.role == "tool":
             out.append({"type": "function_call_output", "call_id": m.tool_call_id, "output": m.content or ""})
             continue
@@ -38,8 +51,21 @@ class OpenAIResponses(RemoteModel):
     def make_client(self, api_key: str) -> Any:
         return openai.AsyncOpenAI(api_key=api_key, base_url=self.declaration.base_url, max_retries=0)
 
+    @property
+    def stored(self) -> bool:
+        """Whether the provider keeps the replies (declared ``request.store = true``)."""
+        return self.declaration.request.get("store") is True
+
     def build_body(self, messages: list[Message], tools: list[ToolSpec]) -> dict[str, Any]:
-        fields = self.declaration.request_fields()
+        fields = {"store": False} | self.declaration.request_fields()
+        previous = self._previous(messages)
+        if previous is not None:  # stored: name the previous reply, send only what came after it
+            index, response_id = previous
+            messages = messages[index + 1:]
+            fields["previous_response_id"] = response_id
+        elif not self.stored and self.declaration.options.get("carry_reasoning", True):
+            declared = list(fields.get("include") or [])
+            fields["include"] = declared + ([ENCRYPTED] if ENCRYPTED not in declared else [])
         body: dict[str, Any] = {"model": self.declaration.model, "input": input_items(messages)}
         if tools:
             body["tools"] = [{"type": "function", **t.model_dump(mode="json")} for t in tools]
@@ -47,19 +73,32 @@ class OpenAIResponses(RemoteModel):
             fields.pop("parallel_tool_calls", None)
         return body | fields
 
-    async def post(self, client: Any, body: dict[str, Any], timeout: float) -> tuple[bytes, str]:
+    def _previous(self, messages: list[Message]) -> tuple[int, str] | None:
+        """(index, id) of the last assistant turn with a stored reply id, when ``store = true``."""
+        if not self.stored:
+            return None
+        for i in range(len(messages) - 1, -1, -1):
+            r = messages[i].reasoning
+            if messages[i].role == "assistant" and r is not None and r.protocol == PROTOCOL and r.response_id:
+                return i, r.response_id
+        return None
+
+    async def post(self, client: Any, body: dict[str, Any], timeout: float) -> Posted:
         rest = {k: v for k, v in body.items() if k not in ("model", "input")}
         raw = await client.responses.with_raw_response.create(
-            model=body["model"], input=body["input"], extra_body=rest, timeout=timeout)
-        return raw.http_request.content, raw.text
+            model=body["model"], input=body["input"], extra_body=rest, timeout=timeout,
+            extra_headers=self.declaration.headers or None)
+        return raw.http_request.content, raw.text, raw.headers
 
     def read_reply(self, data: dict[str, Any]) -> dict[str, Any]:
         anomalies: list[str] = []
-        texts, refusals, calls = [], [], []
+        texts, refusals, calls, reasoning = [], [], [], []
         messages = 0
         for item in wire.as_list(data.get("output")):
             kind = wire.get(item, "type")
-            if kind == "message":
+            if kind == "reasoning":
+                reasoning.append(item)
+            elif kind == "message":
                 messages += 1
                 for part in wire.as_list(item.get("content")):
                     if wire.get(part, "type") == "refusal":
@@ -85,7 +124,9 @@ class OpenAIResponses(RemoteModel):
             reasoning_tokens=wire.count(u, "output_tokens_details", "reasoning_tokens"),
             cached_tokens=wire.count(u, "input_tokens_details", "cached_tokens"),
         )
+        response_id = data.get("id") if self.stored and isinstance(data.get("id"), str) else None
+        state = (ReasoningState(protocol=PROTOCOL, items=reasoning, response_id=response_id)
+                 if reasoning or response_id else None)
         return {"text": "\n".join(texts) or None, "tool_calls": calls, "finish_reason": finish,
                 "refusal": "\n".join(refusals) or None, "usage": usage,
-                "model_echo": wire.echo(data),
-                "anomalies": anomalies}
+                "model_echo": wire.echo(data), "anomalies": anomalies, "reasoning": state}

@@ -1,24 +1,35 @@
 """What the real providers share: key, client, connection limit, retries, timing, errors.
 
-A protocol subclass says only how to build its wire body, how to post it with its SDK
-(returning the exact bytes sent and the raw reply text) and how to read a reply body.
-Everything else — the key from the environment, ``max_retries=0`` clients, the per-model
-connection limit shared by all runs, tenacity retries with recorded attempts, failing
-fast with the model named and the key never shown — lives here once.
+A protocol subclass says only how to build its wire body (one function, ``build_body``, that a
+batch line can reuse), how to post it with its SDK (returning the exact bytes sent, the raw reply
+text and the response headers) and how to read a reply body. Everything else — the key from the
+environment, ``max_retries=0`` clients, the declared headers sent verbatim, the per-model
+connection limit shared by all runs (fixed or adaptive), tenacity retries with recorded attempts,
+the response headers kept and a gateway's report read from them, failing fast with the model and
+the cause named and the key never shown — lives here once.
+
+The archived request body is what draligned sent to its ``base_url``: a gateway behind it may drop
+or rewrite fields (LiteLLM's ``drop_params``) before the provider sees them.
 """
 
 from __future__ import annotations
 
-import asyncio
+import dataclasses
 import json
 import os
 import time
 from abc import abstractmethod
+from collections.abc import Mapping
 from typing import Any
 
-from draligned.models.base import ModelAPI, ModelDeclaration, ModelError
+from draligned.models.base import RETRY_LISTENER, ModelAPI, ModelDeclaration, ModelError
+from draligned.models.gateway import clean_headers, gateway_info
+from draligned.models.limits import ConnectionLimit
 from draligned.models.retry import Failure, GaveUp, call_with_retries, status_failure
 from draligned.records import Message, ModelReply, ToolSpec
+
+#: What ``post`` returns: (request bytes as sent, raw response text, response headers).
+Posted = tuple[bytes, str, Mapping[str, str]]
 
 #: Sent as the key when a model declares no ``api_key_env`` (local servers that need none).
 NO_KEY = "no-key"
@@ -34,7 +45,10 @@ class RemoteModel(ModelAPI):
         super().__init__(declaration)
         self._client: Any = None
         self._key: str | None = None
-        self._gate = asyncio.Semaphore(declaration.retry.max_connections)
+        r = declaration.retry
+        self.connections = (ConnectionLimit(r.auto_start, r.auto_min, r.auto_max) if r.max_connections == "auto"
+                            else ConnectionLimit(r.max_connections))
+        """The model's connection limit, shared by every run of the study."""
 
     # ------------------------------------------------------------------ protocol hooks
     @abstractmethod
@@ -46,8 +60,8 @@ class RemoteModel(ModelAPI):
         """An async SDK client with ``max_retries=0``."""
 
     @abstractmethod
-    async def post(self, client: Any, body: dict[str, Any], timeout: float) -> tuple[bytes, str]:
-        """Send ``body`` once; return (request bytes as sent, raw response text)."""
+    async def post(self, client: Any, body: dict[str, Any], timeout: float) -> Posted:
+        """Send ``body`` once with the declared headers; return (bytes sent, raw response text, headers)."""
 
     @abstractmethod
     def read_reply(self, data: dict[str, Any]) -> dict[str, Any]:
@@ -80,19 +94,33 @@ class RemoteModel(ModelAPI):
 
     def classify(self, exc: BaseException) -> Failure | None:
         """Map an SDK error to a Failure; None for anything else (a bug: it propagates)."""
+        failure = self._classify(exc)
+        limit = self.connections.limit if self.connections.adaptive else None
+        return None if failure is None else dataclasses.replace(failure, connection_limit=limit)
+
+    def _classify(self, exc: BaseException) -> Failure | None:
         sdk = self.sdk
         if isinstance(exc, sdk.APITimeoutError):
             return Failure(True, type(exc).__name__, None, "request timed out")
         if isinstance(exc, sdk.APIConnectionError):
-            return Failure(True, type(exc).__name__, None, self.redact(f"connection error: {exc}"))
+            return Failure(True, type(exc).__name__, None, self.redact(f"connection error: {exc}{cause(exc)}"))
         if isinstance(exc, sdk.APIStatusError):
             return status_failure(type(exc).__name__, exc.status_code, self.redact(str(exc)),
                                   exc.response.headers)
         return None
 
-    async def _attempt(self, body: dict[str, Any]) -> tuple[bytes, str]:
-        async with self._gate:
-            return await self.post(self._client, body, self.declaration.retry.timeout_s)
+    async def _attempt(self, body: dict[str, Any]) -> Posted:
+        await self.connections.acquire()
+        outcome: Any = "failed"
+        try:
+            posted = await self.post(self._client, body, self.declaration.retry.timeout_s)
+            outcome = "ok"
+            return posted
+        except self.sdk.APIStatusError as exc:
+            outcome = "throttled" if exc.status_code == 429 else "failed"
+            raise
+        finally:
+            await self.connections.release(outcome)
 
     async def generate(self, messages: list[Message], tools: list[ToolSpec], seed: int) -> ModelReply:
         """One model call: build the body, send it with retries, read the reply.
@@ -104,9 +132,16 @@ class RemoteModel(ModelAPI):
             self._client = self.make_client(self._key)
         body = self.build_body(messages, tools)
         started = time.perf_counter()
+        listener, retrying = RETRY_LISTENER.get(), False
+
+        def on_retry() -> None:
+            nonlocal retrying
+            if listener is not None and not retrying:
+                retrying = True
+                listener(1)
         try:
-            (sent, raw), attempts = await call_with_retries(
-                lambda: self._attempt(body), self.classify, self.declaration.retry)
+            (sent, raw, headers), attempts = await call_with_retries(
+                lambda: self._attempt(body), self.classify, self.declaration.retry, on_retry)
         except GaveUp as exc:
             f = exc.failure
             how = "failed fast (not retried)" if not f.retryable else f"gave up after {len(exc.attempts)} attempt(s)"
@@ -114,6 +149,9 @@ class RemoteModel(ModelAPI):
             hint = (" — check base_url: the host root for anthropic, including /v1 for openai"
                     if f.status_code == 404 else "")
             raise ModelError(f"{self.label}: {status}{f.error}: {f.message} ({how}){hint}", exc.attempts) from None
+        finally:
+            if retrying and listener is not None:
+                listener(-1)
         latency = time.perf_counter() - started
         echoed, raw = self.redact(raw) != raw, self.redact(raw)  # a key echoed back is never archived
         try:
@@ -126,5 +164,18 @@ class RemoteModel(ModelAPI):
         fields = self.read_reply(data)
         if echoed:
             fields["anomalies"].append("the reply contained the API key; it was redacted before archiving")
+        kept = clean_headers(headers, self._key if self._key != NO_KEY else None)
         return ModelReply(**fields, request_body=json.loads(sent), raw_response=raw, latency_s=latency,
-                          attempts=attempts)
+                          attempts=attempts, request_headers=self.declaration.headers or None,
+                          response_headers=kept, gateway=gateway_info(kept, data),
+                          connection_limit=self.connections.limit if self.connections.adaptive else None)
+
+
+def cause(exc: BaseException) -> str:
+    """`` (cause: ...)`` naming the innermost error under an SDK error (e.g. connection refused), or ''."""
+    seen, inner = set(), exc
+    while (nxt := inner.__cause__ or inner.__context__) is not None and id(nxt) not in seen:
+        seen.add(id(nxt))
+        inner = nxt
+    text = str(inner).strip()
+    return f" (cause: {text})" if inner is not exc and text and text != str(exc).strip() else ""

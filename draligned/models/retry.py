@@ -13,9 +13,10 @@ import datetime as dt
 import email.utils
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 import tenacity
+from pydantic import model_validator
 
 from draligned.records import ModelAttempt, Record
 
@@ -40,8 +41,29 @@ class RetryPolicy(Record):
     """Cap on a backoff wait (a longer ``Retry-After`` from the server is still honoured)."""
     timeout_s: float = 900.0
     """Per-attempt request timeout in seconds."""
-    max_connections: int = 8
-    """Requests in flight to this model at once, shared by all runs of a study."""
+    max_connections: int | Literal["auto"] = 8
+    """Requests in flight to this model at once, shared by all runs of a study; ``"auto"`` adapts it
+    (AIMD: start at ``auto_start``, +1 per window of successes, halved on a 429, within the auto bounds)."""
+    auto_start: int = 2
+    """Starting limit of ``max_connections = "auto"``."""
+    auto_min: int = 1
+    """Lowest limit of ``max_connections = "auto"``."""
+    auto_max: int = 32
+    """Highest limit of ``max_connections = "auto"``."""
+    stop_after_connection_failures: int = 3
+    """After this many consecutive runs of the model failed because it could not be reached (connection
+    refused, DNS, ...), no new run of it starts in this ``draligned run``; its slots stay unstarted."""
+
+    @model_validator(mode="after")
+    def _bounded(self) -> RetryPolicy:
+        if isinstance(self.max_connections, int) and self.max_connections < 1:
+            raise ValueError(f"max_connections must be at least 1 or \"auto\" (got {self.max_connections})")
+        if not 1 <= self.auto_min <= self.auto_start <= self.auto_max:
+            raise ValueError(f"need 1 <= auto_min <= auto_start <= auto_max (got {self.auto_min}, "
+                             f"{self.auto_start}, {self.auto_max})")
+        if self.stop_after_connection_failures < 1:
+            raise ValueError("stop_after_connection_failures must be at least 1")
+        return self
 
 
 @dataclass(frozen=True)
@@ -53,6 +75,7 @@ class Failure:
     status_code: int | None
     message: str
     retry_after: float | None = None
+    connection_limit: int | None = None
 
 
 class AttemptFailed(Exception):
@@ -99,12 +122,13 @@ async def call_with_retries(
     attempt_once: Callable[[], Awaitable[T]],
     classify: Callable[[BaseException], Failure | None],
     policy: RetryPolicy,
+    on_retry: Callable[[], None] | None = None,
 ) -> tuple[T, list[ModelAttempt]]:
     """Run ``attempt_once`` until it succeeds or the policy gives up.
 
     ``classify`` maps an exception to a ``Failure`` (None: not a transport failure; it
     propagates unchanged). Returns (result, failed attempts); on giving up raises
-    ``GaveUp`` carrying the failed attempts and the last failure.
+    ``GaveUp`` carrying the failed attempts and the last failure. ``on_retry`` is told before each wait.
     """
     attempts: list[ModelAttempt] = []
 
@@ -116,7 +140,8 @@ async def call_with_retries(
             if failure is None:
                 raise
             attempts.append(ModelAttempt(attempt=len(attempts) + 1, error=failure.error,
-                                         status_code=failure.status_code, detail=failure.message[:500]))
+                                         status_code=failure.status_code, detail=failure.message[:500],
+                                         connection_limit=failure.connection_limit))
             raise AttemptFailed(failure) from exc
 
     backoff = tenacity.wait_exponential_jitter(multiplier=policy.initial_wait_s, max=policy.max_wait_s,
@@ -129,6 +154,8 @@ async def call_with_retries(
 
     def record_wait(state: tenacity.RetryCallState) -> None:
         attempts[-1] = attempts[-1].model_copy(update={"wait_s": round(state.upcoming_sleep, 3)})
+        if on_retry is not None:
+            on_retry()
 
     retrying = tenacity.AsyncRetrying(
         sleep=lambda s: SLEEP(s),
