@@ -4,6 +4,7 @@ composed index, as typed results the CLI only prints."""
 from __future__ import annotations
 
 import duckdb
+from pydantic import Field
 
 from draligned.archive import Archive
 from draligned.indexing import connect, rebuild
@@ -41,6 +42,25 @@ class Totals(Record):
     """Summed cost of priced calls; None unless some model is priced."""
 
 
+class GatewayTotals(Record):
+    """What gateways reported for one model declaration's calls."""
+
+    gateway: str
+    """The gateway(s) whose headers were read, comma-separated."""
+    calls: int
+    """Model calls on which the gateway reported itself."""
+    echoes: list[str]
+    """Model ids echoed in the reply bodies (e.g. the gateway alias)."""
+    served_models: list[str]
+    """Upstream models the gateway named as serving the calls."""
+    upstream_providers: list[str]
+    """Upstream providers (and API bases) the gateway routed to."""
+    gateway_retries: int
+    """Retries the gateway made itself (not draligned's recorded attempts)."""
+    gateway_cost_usd: float | None
+    """Summed cost the gateway reported; None when it reported none."""
+
+
 class ArchiveStats(Totals):
     """Totals of the whole archive, its blob count, and the totals per model declaration."""
 
@@ -48,6 +68,8 @@ class ArchiveStats(Totals):
     """Blobs stored."""
     by_model: dict[str, Totals]
     """Totals per model declaration name, in name order."""
+    gateways: dict[str, GatewayTotals] = Field(default_factory=dict)
+    """Per model declaration name whose calls went through a gateway: what the gateway reported."""
 
 
 def archive_stats(archive: Archive) -> ArchiveStats:
@@ -59,12 +81,24 @@ def archive_stats(archive: Archive) -> ArchiveStats:
         with connect(archive) as con:
             total = con.execute(query.format(group="", by="")).fetchone()
             per_model = con.execute(query.format(group="model,", by="GROUP BY model ORDER BY model")).fetchall()
-    except duckdb.BinderException:  # an index built by an older version: rebuild it from the files
+            gateways = con.execute("""SELECT model, string_agg(DISTINCT gateway, ','), count(*),
+                list_sort(list_distinct(list(model_echo))), list_sort(list_distinct(list(served_model))),
+                list_sort(list_distinct(list(upstream_provider))), coalesce(sum(gateway_retries), 0),
+                sum(gateway_cost_usd) FROM gateway_calls GROUP BY model ORDER BY model""").fetchall()
+    except (duckdb.BinderException, duckdb.CatalogException):  # an older version's index: rebuild it
         rebuild(archive)
         return archive_stats(archive)
     assert total is not None  # an aggregate without GROUP BY returns one row
+    names = list(GatewayTotals.model_fields)
     return ArchiveStats(**_totals(total).model_dump(), blobs=len(archive.blob_shas()),
-                        by_model={r[0]: _totals(r[1:]) for r in per_model})
+                        by_model={r[0]: _totals(r[1:]) for r in per_model},
+                        gateways={r[0]: GatewayTotals(**dict(zip(names, _gateway_values(r[1:]), strict=True)))
+                                  for r in gateways})
+
+
+def _gateway_values(values: tuple) -> tuple:
+    *head, cost = values
+    return (*head, None if cost is None else round(float(cost), 8))
 
 
 def _totals(values: tuple) -> Totals:

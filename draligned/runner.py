@@ -3,6 +3,11 @@
 Resume rule: a slot is finished when one of its runs ended ``completed`` or
 ``budget_exhausted`` (both are outcomes of the protocol). An interrupted run (started
 marker only) or a ``failed`` one is rerun as a new attempt; the old record is kept.
+
+Two rules keep a study from starting runs that cannot help: once the study's ``max_cost_usd`` is
+spent (its archived runs and the running ones counted) no new run starts, and once a model's runs
+failed to connect ``retry.stop_after_connection_failures`` times in a row no new run of that model
+starts. Running runs finish; the slots not started stay unstarted, so a later ``run`` resumes them.
 """
 
 from __future__ import annotations
@@ -21,8 +26,9 @@ from draligned.archive.writer import RunWriter, new_record
 from draligned.executors import RunSetup, executor_for
 from draligned.indexing import rebuild
 from draligned.models import ModelAPI, get_model
+from draligned.models.base import RETRY_LISTENER
 from draligned.models.cache import CachedModel, ReplayCache
-from draligned.records import FINISHED, RunRecord, Slot
+from draligned.records import FINISHED, ModelAttemptEvent, ModelCallEvent, RunRecord, Slot
 from draligned.sandbox import SandboxUnavailable, require_sandbox
 from draligned.study import Study, StudyError
 from draligned.tools.pool_search import StudySearch, open_search
@@ -39,6 +45,12 @@ class StudyResult:
     skipped: int
     statuses: Counter = field(default_factory=Counter)
     records: list[RunRecord] = field(default_factory=list)
+    not_started: dict[str, str] = field(default_factory=dict)
+    """Slot id -> why it was not started (study cost cap reached, model unreachable); a later run resumes it."""
+    spent_usd: float | None = None
+    """What the study's runs in the archive cost (earlier ones included); None when no model is priced."""
+    cap_usd: float | None = None
+    """The study's ``max_cost_usd``, when it has one."""
 
 
 @dataclass(frozen=True)
@@ -53,7 +65,17 @@ class RunProgress:
     done: int
     """Runs ended so far."""
     record: RunRecord | None = None
-    """The run that just ended; None in the first event."""
+    """The run that just ended; None in the first event and in live updates."""
+    completed: int = 0
+    """Runs ended ``completed`` or ``budget_exhausted`` so far."""
+    failed: int = 0
+    """Runs ended ``failed`` so far."""
+    retrying: int = 0
+    """Running runs whose current model call is waiting to retry (429, 5xx, timeout, connection error)."""
+    not_started: int = 0
+    """Slots left unstarted (cost cap reached, or the model unreachable)."""
+    cost_usd: float | None = None
+    """Cost of this invocation's runs so far (running ones included); None when no model is priced."""
 
 
 ProgressCallback = Callable[[RunProgress], None]
@@ -67,8 +89,25 @@ def plan_resume(archive: Archive, slots: list[Slot]) -> tuple[list[Slot], dict[s
     return [s for s in slots if s.slot_id not in finished], dict(attempts)
 
 
+def connection_failed(record: RunRecord) -> bool:
+    """Whether a run failed because its model could not be reached (its last attempt a connection error)."""
+    attempts = [e for e in record.events if isinstance(e, ModelAttemptEvent)]
+    return record.status == "failed" and bool(attempts) and attempts[-1].attempt.error == "APIConnectionError" \
+        and (record.status_reason or "").startswith("model error:")
+
+
+def reached_model(record: RunRecord) -> bool:
+    """Whether a run got at least one reply from its model over the network."""
+    return any(isinstance(e, ModelCallEvent) and not e.cache_hit for e in record.events)
+
+
+def study_cost(records: list[RunRecord], study: str) -> float:
+    """What the archived runs of ``study`` cost (unpriced runs count 0)."""
+    return sum(r.counters.cost_usd or 0.0 for r in records if r.slot.study == study)
+
+
 async def _run_slot(study: Study, archive: Archive, slot: Slot, attempt: int, model: ModelAPI,
-                    search: StudySearch) -> RunRecord:
+                    search: StudySearch, running: dict[str, RunRecord]) -> RunRecord:
     lc = next(c for c in study.cards if c.card.card_id == slot.card_id)
     contract = study.contracts[slot.harness]
     decl = model.declaration
@@ -82,6 +121,7 @@ async def _run_slot(study: Study, archive: Archive, slot: Slot, attempt: int, mo
         user_message_blob=archive.put_blob(user_message),
         tools_blob=archive.put_json_blob([t.model_dump(mode="json") for t in contract.contract.tools]),
     )
+    running[record.run_id] = record  # its counters are read live for the cost so far
     writer = RunWriter(archive, record)  # the run's one writer: the executor's and the pool search's
     setup = RunSetup(writer=writer, contract=contract, model=model,
                      system_prompt=system_prompt, user_message=user_message, seed=slot.seed,
@@ -156,21 +196,66 @@ async def _run_todo(study: Study, archive: Archive, search: StudySearch, models:
         for c in study.contracts.values():
             archive.put_blob(c.raw)
     gate = asyncio.Semaphore(study.spec.concurrency)
-    done = 0
+    priced = any(m.declaration.price is not None for m in models.values())
+    cap = study.spec.max_cost_usd
+    earlier = study_cost(archive.records(), study.spec.name) if priced else 0.0
+    running: dict[str, RunRecord] = {}
+    ended: list[RunRecord] = []
+    retrying: Counter[str] = Counter()
+    refused: Counter[str] = Counter()  # consecutive runs per model that could not connect
+    stopped: dict[str, str] = {}  # model -> why no new run of it starts
 
-    def tell(record: RunRecord | None) -> None:
+    def cost() -> float:
+        return round(sum(r.counters.cost_usd or 0.0 for r in (*ended, *running.values())), 8)
+
+    def tell(record: RunRecord | None = None) -> None:
         if progress is not None:
-            progress(RunProgress(study=study.spec.name, total=len(todo), done=done, record=record))
+            progress(RunProgress(
+                study=study.spec.name, total=len(todo), done=len(ended), record=record,
+                completed=sum(r.status in FINISHED for r in ended), failed=sum(r.status == "failed" for r in ended),
+                retrying=sum(1 for n in retrying.values() if n > 0), not_started=len(result.not_started),
+                cost_usd=cost() if priced else None))
 
-    async def one(slot: Slot) -> RunRecord:
-        nonlocal done
+    def why_not(slot: Slot) -> str | None:
+        if cap is not None and earlier + cost() >= cap:
+            return f"study cost cap reached: ${earlier + cost():.4f} spent of max_cost_usd ${cap:g}"
+        return stopped.get(slot.model)
+
+    async def one(slot: Slot) -> RunRecord | None:
         async with gate:
+            if (why := why_not(slot)) is not None:
+                result.not_started[slot.slot_id] = why
+                tell()
+                return None
+            key = slot.slot_id
+
+            def listen(delta: int) -> None:
+                retrying[key] += delta
+                tell()
+            RETRY_LISTENER.set(listen)  # this task's own context: only this run's calls tell it
             rec = await _run_slot(study, archive, slot, attempts.get(slot.slot_id, 0) + 1,
-                                  models[slot.model], search)
-        done += 1
+                                  models[slot.model], search, running)
+            running.pop(rec.run_id, None)
+            ended.append(rec)
+            _count_connection(rec, slot.model, models[slot.model], refused, stopped)
         tell(rec)
         return rec
 
     tell(None)
-    result.records = list(await asyncio.gather(*(one(s) for s in todo)))
+    result.records = [r for r in await asyncio.gather(*(one(s) for s in todo)) if r is not None]
     result.statuses.update(r.status for r in result.records)
+    result.cap_usd = cap
+    result.spent_usd = round(earlier + cost(), 8) if priced else None
+
+
+def _count_connection(rec: RunRecord, name: str, model: ModelAPI, refused: Counter[str],
+                      stopped: dict[str, str]) -> None:
+    """Count consecutive unreachable runs of a model; at its limit, stop starting its runs."""
+    if reached_model(rec):
+        refused[name] = 0
+    elif connection_failed(rec):
+        refused[name] += 1
+        limit = model.declaration.retry.stop_after_connection_failures
+        if refused[name] >= limit and name not in stopped:
+            stopped[name] = (f"model {name!r} unreachable: {limit} consecutive runs failed to connect "
+                             f"(last: {rec.status_reason})")

@@ -8,7 +8,7 @@ from typing import Any
 from draligned.archive.store import Archive
 from draligned.archive.tables import ArchiveTables, Rows
 from draligned.archive.verify import verify_records
-from draligned.records import EventColumns, RunRecord
+from draligned.records import EventColumns, ModelCallEvent, RunRecord
 
 SCHEMA = """
 CREATE TABLE runs (
@@ -26,6 +26,10 @@ CREATE TABLE events (
   latency_s DOUBLE
 );
 CREATE TABLE artifacts (sha256 TEXT, kind TEXT, run_id TEXT, bytes BIGINT);
+CREATE TABLE gateway_calls (
+  run_id TEXT, event_id TEXT, model TEXT, gateway TEXT, model_echo TEXT, served_model TEXT,
+  upstream_provider TEXT, gateway_retries INTEGER, gateway_cost_usd DOUBLE
+);
 """
 
 EVENT_COLUMNS = tuple(EventColumns.__annotations__)
@@ -54,6 +58,13 @@ def event_rows(r: RunRecord) -> list[tuple[Any, ...]]:
     return rows
 
 
+def gateway_rows(r: RunRecord) -> list[tuple[Any, ...]]:
+    """One ``gateway_calls`` row per model call on which a gateway reported itself."""
+    return [(r.run_id, ev.event_id, r.slot.model, g.gateway, ev.model_echo, g.served_model, g.upstream_provider,
+             g.retries, g.cost_usd)
+            for ev in r.events if isinstance(ev, ModelCallEvent) and (g := ev.gateway) is not None]
+
+
 def run_tables(archive: Archive, records: Sequence[RunRecord]) -> Rows:
     """``runs``, ``events`` and ``artifacts`` (each blob a record references, with its size if present)."""
     arts = sorted({(sha, kind, r.run_id) for r in records for sha, kind in r.blob_refs()})
@@ -61,6 +72,7 @@ def run_tables(archive: Archive, records: Sequence[RunRecord]) -> Rows:
         "runs": [run_row(r) for r in records],
         "events": [row for r in records for row in event_rows(r)],
         "artifacts": [(sha, kind, run, _size(archive, sha)) for sha, kind, run in arts],
+        "gateway_calls": [row for r in records for row in gateway_rows(r)],
     }
 
 

@@ -69,7 +69,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         print(json.dumps(data, sort_keys=True))
         return 0
     for k, v in data.items():
-        if k != "by_model":
+        if k not in ("by_model", "gateways"):
             print(f"{k:>18}: {'-' if v is None else v}")
     table = Table(title="by model")
     cols = ("runs", "model_calls", "input_tokens", "output_tokens", "reasoning_tokens", "cached_tokens",
@@ -79,6 +79,16 @@ def cmd_stats(args: argparse.Namespace) -> int:
     for name, m in data["by_model"].items():
         table.add_row(name, *("-" if m[c] is None else str(m[c]) for c in cols))
     Console(width=160).print(table)
+    if data["gateways"]:
+        gw = Table(title="gateways (what the gateway's headers reported; the archived body is what draligned sent)")
+        gcols = ("gateway", "calls", "echoes", "served_models", "upstream_providers", "gateway_retries",
+                 "gateway_cost_usd")
+        for col in ("model", *gcols):
+            gw.add_column(col)
+        for name, g in data["gateways"].items():
+            gw.add_row(name, *("-" if g[c] is None else ", ".join(g[c]) if isinstance(g[c], list) else str(g[c])
+                               for c in gcols))
+        Console(width=200).print(gw)
     return 0
 
 

@@ -44,17 +44,27 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 @contextmanager
 def _progress_bars(console: Console) -> Iterator[ProgressCallback]:
-    """A callback drawing one rich progress bar per study from the runner's events (on a terminal only)."""
-    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    """A callback drawing one rich progress bar per study from the runner's events (on a terminal only),
+    with the live counts of completed, failed and retrying runs and the cost so far when priced."""
+    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("{task.fields[counts]}"), TimeElapsedColumn())
     with Progress(*columns, console=console, disable=not console.is_terminal) as progress:
         bars: dict[str, TaskID] = {}
 
         def draw(event: RunProgress) -> None:
             if event.study not in bars:
-                bars[event.study] = progress.add_task(f"{event.study}: runs", total=event.total)
-            progress.update(bars[event.study], completed=event.done)
+                bars[event.study] = progress.add_task(f"{event.study}: runs", total=event.total, counts="")
+            progress.update(bars[event.study], completed=event.done, counts=live_counts(event))
 
         yield draw
+
+
+def live_counts(event: RunProgress) -> str:
+    """``completed 3 · failed 1 · retrying 2 · not started 4 · $0.0123`` for the progress line."""
+    parts = [f"completed {event.completed}", f"failed {event.failed}", f"retrying {event.retrying}"]
+    parts += [f"not started {event.not_started}"] if event.not_started else []
+    parts += [f"${event.cost_usd:.4f}"] if event.cost_usd is not None else []
+    return " · ".join(parts)
 
 
 def _guarded(console: Console, work: Callable[[], T]) -> tuple[int, T | None]:
@@ -76,8 +86,8 @@ def _error(console: Console, message: str) -> None:
 
 
 def _study_code(result: StudyResult) -> int:
-    """1 when some runs failed, else 0."""
-    return 1 if result.statuses.get("failed", 0) else 0
+    """1 when some runs failed or some slots were left unstarted (cost cap, unreachable model), else 0."""
+    return 1 if result.statuses.get("failed", 0) or result.not_started else 0
 
 
 def _summary(result: StudyResult) -> None:
@@ -91,7 +101,14 @@ def _summary(result: StudyResult) -> None:
     Console().print(table)
     for rec in result.records:
         if rec.status == "failed":
-            Console().print(f"[red]failed[/red] {rec.run_id}: {rec.status_reason}")
+            Console().print(f"[red]failed[/red] {rec.run_id}: {escape(rec.status_reason or '')}", soft_wrap=True)
+    if result.spent_usd is not None:
+        cap = f" of max_cost_usd ${result.cap_usd:g}" if result.cap_usd is not None else ""
+        print(f"spent: ${result.spent_usd:.4f}{cap} (this study's runs in the archive)")
+    reasons = sorted(set(result.not_started.values()))
+    for why in reasons:
+        n = sum(1 for r in result.not_started.values() if r == why)
+        print(f"not started: {n} slot(s): {why}; run the same command again to resume them")
 
 
 def cmd_run(args: argparse.Namespace) -> int:

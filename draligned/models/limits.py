@@ -1,7 +1,8 @@
 """The per-model connection limit shared by every run of a study: fixed, or adaptive (AIMD).
 
-``max_connections = "auto"`` starts low and raises the limit by one per window of successful
-requests (additive increase); a 429 halves it (multiplicative decrease), within the declared bounds.
+``max_connections = "auto"`` starts low and raises the limit by one after as many successful
+requests as the limit (additive increase); a 429 halves it (multiplicative decrease), within the
+declared bounds.
 Every change is kept with its time, and each call records the limit in force after it.
 """
 
@@ -20,7 +21,8 @@ class ConnectionLimit:
     def __init__(self, start: int, floor: int = 1, ceiling: int | None = None) -> None:
         self.adaptive = ceiling is not None
         self.floor, self.ceiling = floor, ceiling if ceiling is not None else start
-        self._limit = float(start)
+        self._limit = start
+        self._successes = 0  # since the last change of the limit
         self._in_flight = 0
         self._cond = asyncio.Condition()
         self.history: list[tuple[float, int]] = [(time.time(), start)]
@@ -29,7 +31,7 @@ class ConnectionLimit:
     @property
     def limit(self) -> int:
         """Requests that may be in flight now."""
-        return int(self._limit)
+        return self._limit
 
     async def acquire(self) -> None:
         async with self._cond:
@@ -37,14 +39,16 @@ class ConnectionLimit:
             self._in_flight += 1
 
     async def release(self, outcome: Outcome) -> None:
-        """Free a place and adapt: +1/limit on success, halve on a 429 (bounded)."""
+        """Free a place and adapt: +1 after ``limit`` successes, halve on a 429 (bounded)."""
         async with self._cond:
             self._in_flight -= 1
-            before = self.limit
+            before = self._limit
             if self.adaptive and outcome == "ok":
-                self._limit = min(float(self.ceiling), self._limit + 1.0 / max(self.limit, 1))
+                self._successes += 1
+                if self._successes >= self._limit:
+                    self._limit, self._successes = min(self.ceiling, self._limit + 1), 0
             elif self.adaptive and outcome == "throttled":
-                self._limit = max(float(self.floor), self._limit / 2)
-            if self.limit != before:
-                self.history.append((time.time(), self.limit))
+                self._limit, self._successes = max(self.floor, self._limit // 2), 0
+            if self._limit != before:
+                self.history.append((time.time(), self._limit))
             self._cond.notify_all()

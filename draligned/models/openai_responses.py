@@ -10,7 +10,8 @@ Storage and reasoning across the tool loop: ``store = false`` is sent unless the
 unchanged before that reply's output. With ``store = true`` the follow-up names the previous reply
 (``previous_response_id``) and sends only the items after it. Which one was used is in each call's
 recorded request fields (``store``, ``include`` or ``previous_response_id``).
-``options.carry_reasoning = false`` turns the include off for models that do not reason.
+``options.carry_reasoning = false`` sends neither the include nor reasoning items (for a server that
+rejects them; a reasoning model then refuses the follow-up).
 """
 
 from __future__ import annotations
@@ -27,11 +28,12 @@ PROTOCOL = "openai-responses"
 ENCRYPTED = "reasoning.encrypted_content"
 
 
-def input_items(messages: list[Message]) -> list[dict[str, Any]]:
-    """Provider-neutral messages as responses-API input items (reasoning items before their turn's output)."""
+def input_items(messages: list[Message], carry: bool = True) -> list[dict[str, Any]]:
+    """Provider-neutral messages as responses-API input items (with ``carry``, each turn's reasoning
+    items before its output)."""
     out: list[dict[str, Any]] = []
     for m in messages:
-        if m.reasoning is not None and m.reasoning.protocol == PROTOCOL:
+        if carry and m.reasoning is not None and m.reasoning.protocol == PROTOCOL:
             out += m.reasoning.items
         if m.role == "tool":
             out.append({"type": "function_call_output", "call_id": m.tool_call_id, "output": m.content or ""})
@@ -58,15 +60,16 @@ class OpenAIResponses(RemoteModel):
 
     def build_body(self, messages: list[Message], tools: list[ToolSpec]) -> dict[str, Any]:
         fields = {"store": False} | self.declaration.request_fields()
+        carry = self.declaration.options.get("carry_reasoning", True) is not False
         previous = self._previous(messages)
         if previous is not None:  # stored: name the previous reply, send only what came after it
             index, response_id = previous
             messages = messages[index + 1:]
             fields["previous_response_id"] = response_id
-        elif not self.stored and self.declaration.options.get("carry_reasoning", True):
+        elif not self.stored and carry:
             declared = list(fields.get("include") or [])
             fields["include"] = declared + ([ENCRYPTED] if ENCRYPTED not in declared else [])
-        body: dict[str, Any] = {"model": self.declaration.model, "input": input_items(messages)}
+        body: dict[str, Any] = {"model": self.declaration.model, "input": input_items(messages, carry)}
         if tools:
             body["tools"] = [{"type": "function", **t.model_dump(mode="json")} for t in tools]
         else:

@@ -17,6 +17,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import socket
+import ssl
 import time
 from abc import abstractmethod
 from collections.abc import Mapping
@@ -171,11 +173,21 @@ class RemoteModel(ModelAPI):
                           connection_limit=self.connections.limit if self.connections.adaptive else None)
 
 
+#: Socket errors under a connection error, named as a reader would.
+CAUSES: tuple[tuple[type[BaseException], str], ...] = (
+    (ConnectionRefusedError, "connection refused"), (ConnectionResetError, "connection reset"),
+    (socket.gaierror, "host name not resolved"), (ssl.SSLError, "TLS error"),
+)
+
+
 def cause(exc: BaseException) -> str:
     """`` (cause: ...)`` naming the innermost error under an SDK error (e.g. connection refused), or ''."""
-    seen, inner = set(), exc
+    seen, inner = {id(exc)}, exc
     while (nxt := inner.__cause__ or inner.__context__) is not None and id(nxt) not in seen:
         seen.add(id(nxt))
         inner = nxt
+    if inner is exc:
+        return ""
+    name = next((words for kind, words in CAUSES if isinstance(inner, kind)), None)
     text = str(inner).strip()
-    return f" (cause: {text})" if inner is not exc and text and text != str(exc).strip() else ""
+    return f" (cause: {name + ': ' if name else ''}{text})"
