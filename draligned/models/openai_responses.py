@@ -5,7 +5,7 @@ Generic request fields keep their names here (``max_output_tokens``, ``temperatu
 sent verbatim.
 
 Storage and reasoning across the tool loop: ``store = false`` is sent unless the model declares
-``request.store``. With ``store = false`` the context is sent in full every call, with
+``request.store``. With ``store = false`` the context is sent in full every call, with (when tools are offered)
 ``include = ["reasoning.encrypted_content"]`` and every earlier reply's reasoning items passed back
 unchanged before that reply's output. With ``store = true`` the follow-up names the previous reply
 (``previous_response_id``) and sends only the items after it. Which one was used is in each call's
@@ -66,7 +66,7 @@ class OpenAIResponses(RemoteModel):
             index, response_id = previous
             messages = messages[index + 1:]
             fields["previous_response_id"] = response_id
-        elif not self.stored and carry:
+        elif not self.stored and carry and tools:  # a tool loop has follow-ups; a single read has none
             declared = list(fields.get("include") or [])
             fields["include"] = declared + ([ENCRYPTED] if ENCRYPTED not in declared else [])
         body: dict[str, Any] = {"model": self.declaration.model, "input": input_items(messages, carry)}
