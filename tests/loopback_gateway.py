@@ -12,6 +12,8 @@ Written from the public documentation, not from the provider code:
   block; a follow-up that does not send it back unchanged is refused with HTTP 400, as the real APIs
   refuse a function call without its reasoning item or a tool-use turn without its thinking block.
   ``store = true`` replies are kept and may be named by ``previous_response_id``.
+
+Only the start/stop of the server thread is shared with ``tests/loopback_wire.py``.
 """
 
 from __future__ import annotations
@@ -21,10 +23,12 @@ import threading
 import urllib.error
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Self
+from typing import Any
+
+from tests.loopback_wire import Loopback
 
 
-class _Server:
+class _Server(Loopback):
     """A threaded loopback HTTP server whose handler calls ``self.answer(path, headers, body)``."""
 
     def __init__(self) -> None:
@@ -61,14 +65,6 @@ class _Server:
     @property
     def root(self) -> str:
         return f"http://127.0.0.1:{self.httpd.server_address[1]}"
-
-    def __enter__(self) -> Self:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 class LiteLLMProxy(_Server):

@@ -39,7 +39,22 @@ def _tool_results(protocol: str, body: dict[str, Any]) -> int:
                for b in m["content"] if b.get("type") == "tool_result")
 
 
-class WireServer:
+class Loopback:
+    """Start and stop of a server thread on 127.0.0.1 (``httpd`` and ``thread`` set by the subclass)."""
+
+    httpd: ThreadingHTTPServer
+    thread: threading.Thread
+
+    def __enter__(self) -> Self:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+class WireServer(Loopback):
     """One protocol on 127.0.0.1; ``log`` keeps every request (path, headers, body)."""
 
     def __init__(self, protocol: str, turns: list[str], faults: dict[int, tuple[int, dict[str, str]]] | None = None,
@@ -107,14 +122,6 @@ class WireServer:
     def base_url(self) -> str:
         root = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         return root if self.protocol == "anthropic" else root + "/v1"
-
-    def __enter__(self) -> Self:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
     # ------------------------------------------------------------------ replies
     def reply(self, kind: str, number: int) -> dict[str, Any]:

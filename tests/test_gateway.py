@@ -259,3 +259,29 @@ def test_an_unreachable_model_stops_after_consecutive_connection_failures(tmp_pa
     assert "not started: 4 slot(s): model 'm' unreachable: 2 consecutive runs failed to connect" in out
     assert main(["run", str(path)]) == 1  # a later run starts the unstarted slots again
     assert len(Archive(tmp_path / "archive").records()) == 4
+
+
+def test_records_without_the_new_fields_keep_their_hash_and_cache_keys():
+    from draligned.hashing import sha256_json
+    from draligned.records import Message, ModelCallEvent
+    old = {"event_id": "e0001", "type": "model_call", "role": "executor", "request_blob": "a" * 64,
+           "response_blob": "b" * 64, "request_fields": {}, "model_echo": "x", "finish_reason": "stop",
+           "usage": {"input_tokens": 1, "output_tokens": 2, "reasoning_tokens": 0, "cached_tokens": 0},
+           "latency_s": 0.1, "n_tool_calls": 0, "anomalies": [], "violations": [], "cache_hit": False,
+           "cost_usd": None}
+    assert sha256_json(ModelCallEvent.model_validate(old).model_dump(mode="json")) == sha256_json(old)
+    msg = {"role": "assistant", "content": "hi", "tool_calls": [], "tool_call_id": None, "name": None}
+    assert Message.model_validate(msg).model_dump(mode="json") == msg
+
+
+def test_openrouter_and_ngrok_reports_are_read_and_secrets_removed():
+    from draligned.models.gateway import clean_headers, gateway_info
+    body = {"id": "gen-123", "model": "anthropic/claude-x", "provider": "Anthropic", "usage": {"cost": 0.0031}}
+    g = gateway_info({}, body)
+    assert g is not None and (g.gateway, g.served_model, g.upstream_provider, g.cost_usd) == (
+        "openrouter", "anthropic/claude-x", "Anthropic", 0.0031)
+    h = clean_headers({"Ngrok-AIG-Model": "gpt-x-2026", "Ngrok-AIG-Attempts": "3", "Authorization": "Bearer k",
+                       "x-echo": "key k1 here"}, "k1")
+    assert h["authorization"] == "[removed]" and h["x-echo"] == "key [redacted] here"
+    n = gateway_info(h, {})
+    assert n is not None and (n.gateway, n.served_model, n.retries) == ("ngrok", "gpt-x-2026", 2)
