@@ -109,12 +109,30 @@ class LiteLLMProxy(_Server):
         }
 
 
-class ReasoningServer(_Server):
-    """``protocol`` is ``openai-responses`` or ``anthropic``; turn 1 calls search, turn 2 submits."""
+Step = tuple[str, dict[str, Any]] | str
+"""One turn of a script: a tool call (name, arguments) or a text-only reply."""
 
-    def __init__(self, protocol: str) -> None:
+#: Turn plans per harness, by how many tool results the context carries. An H-D worker (its assignment
+#: contains WORKER) searches and then answers in text, so its own follow-up must carry its reasoning too.
+SCRIPTS: dict[str, dict[str, list[Step]]] = {
+    "H00": {"root": [("search", {"query": "travel budget"}),
+                     ("submit_report", {"content": "Final report after thinking."})]},
+    "H-W": {"root": [("write_file", {"path": "report.md", "content": "Final report after thinking."}),
+                     ("submit_file", {"path": "report.md"})]},
+    "H-D": {"root": [("delegate_batch", {"tasks": [{"assignment": "WORKER: find the budget facts.",
+                                                    "input_files": []}]}),
+                     ("write_file", {"path": "report.md", "content": "Final report after thinking."}),
+                     ("submit_file", {"path": "report.md"})],
+            "worker": [("search", {"query": "budget facts"}), "The budget facts."]},
+}
+
+
+class ReasoningServer(_Server):
+    """``protocol`` is ``openai-responses`` or ``anthropic``; the turns follow ``SCRIPTS[harness]``."""
+
+    def __init__(self, protocol: str, harness: str = "H00") -> None:
         super().__init__()
-        self.protocol = protocol
+        self.protocol, self.script = protocol, SCRIPTS[harness]
         self.issued: dict[str, dict[str, Any]] = {}  # call id -> the reasoning item / thinking block sent with it
         self.stored: dict[str, list[dict[str, Any]]] = {}  # response id -> its output (store = true)
         self.refused: list[str] = []
@@ -129,23 +147,28 @@ class ReasoningServer(_Server):
             self.refused.append(problem)
             return 400, {"type": "error", "error": {"type": "invalid_request_error", "message": problem}}, {}
         number = len(self.log) - 1  # this request's own number, from 0
-        submit = self._results(body) > 0
+        first_user = next((m.get("content") for m in body.get("messages", body.get("input", []))
+                           if m.get("role") == "user"), "")
+        plan = self.script["worker" if "WORKER" in json.dumps(first_user) and "worker" in self.script else "root"]
+        step = plan[min(self._results(body), len(plan) - 1)]
         cid = f"call_{number}"
-        name, args = ("submit_report", {"content": "Final report after thinking."}) if submit else \
-            ("search", {"query": "travel budget"})
         if self.protocol == "anthropic":
-            block = {"type": "thinking", "thinking": f"I should {name}.", "signature": f"sig-{number}-opaque"}
+            block = {"type": "thinking", "thinking": f"I should do step {number}.", "signature": f"sig-{number}-opaque"}
             self.issued[cid] = block
-            content = [block, {"type": "tool_use", "id": cid, "name": name, "input": args}]
+            content = [block, {"type": "text", "text": step} if isinstance(step, str) else
+                       {"type": "tool_use", "id": cid, "name": step[0], "input": step[1]}]
             return 200, {"id": f"msg_{number}", "type": "message", "role": "assistant", "model": "claude-x",
-                         "content": content, "stop_reason": "tool_use", "stop_sequence": None,
-                         "usage": {"input_tokens": 50, "output_tokens": 30}}, {}
+                         "content": content, "stop_reason": "end_turn" if isinstance(step, str) else "tool_use",
+                         "stop_sequence": None, "usage": {"input_tokens": 50, "output_tokens": 30}}, {}
         item: dict[str, Any] = {"type": "reasoning", "id": f"rs_{number}", "summary": []}
         if "reasoning.encrypted_content" in (body.get("include") or []):
             item["encrypted_content"] = f"gAAAA-encrypted-{number}"
         self.issued[cid] = item
-        output = [item, {"type": "function_call", "id": f"fc_{number}", "call_id": cid, "name": name,
-                         "arguments": json.dumps(args), "status": "completed"}]
+        output = [item, {"type": "message", "id": f"msg_{number}", "role": "assistant", "status": "completed",
+                         "content": [{"type": "output_text", "text": step, "annotations": []}]}
+                  if isinstance(step, str) else
+                  {"type": "function_call", "id": f"fc_{number}", "call_id": cid, "name": step[0],
+                   "arguments": json.dumps(step[1]), "status": "completed"}]
         rid = f"resp_{number}"
         if body.get("store", True):  # the API's default is to store
             self.stored[rid] = output

@@ -141,17 +141,27 @@ def test_a_follow_up_without_its_reasoning_item_is_refused_by_the_server(tmp_pat
     assert "HTTP 400" in rec.status_reason and "required 'reasoning' item: 'rs_0'" in rec.status_reason
 
 
-def test_anthropic_extended_thinking_with_tool_use_sends_the_signed_blocks_back(tmp_path):
-    with ReasoningServer("anthropic") as server:
-        path = study(tmp_path, "anthropic", server.base_url, "claude-x",
+@pytest.mark.parametrize("harness", ["H00", pytest.param("H-W", marks=pytest.mark.sandbox),
+                                     pytest.param("H-D", marks=pytest.mark.sandbox)])
+def test_anthropic_extended_thinking_with_tool_use_sends_the_signed_blocks_back(tmp_path, harness):
+    with ReasoningServer("anthropic", harness) as server:
+        path = study(tmp_path, "anthropic", server.base_url, "claude-x", harness=harness,
                      model_extra='request = { thinking = { type = "enabled", budget_tokens = 2000 } }')
         assert main(["run", str(path)]) == 0
         assert server.refused == []
-        follow = server.log[1]["body"]
-    assistant = [m for m in follow["messages"] if m["role"] == "assistant"]
-    assert assistant[0]["content"][0] == {"type": "thinking", "thinking": "I should search.",
-                                          "signature": "sig-0-opaque"}
-    assert follow["thinking"] == {"type": "enabled", "budget_tokens": 2000}
+        follow = [e["body"] for e in server.log if any(m["role"] == "assistant" for m in e["body"]["messages"])]
+        turns = len(server.log)
+    assert turns == {"H00": 2, "H-W": 2, "H-D": 5}[harness]  # H-D: root, worker twice, root twice
+    assert len(follow) == turns - {"H00": 1, "H-W": 1, "H-D": 2}[harness]  # every follow-up, workers' too
+    for body in follow:
+        for m in (m for m in body["messages"] if m["role"] == "assistant"):
+            assert m["content"][0]["type"] == "thinking" and m["content"][0]["signature"].startswith("sig-")
+    assistant = [m for m in follow[0]["messages"] if m["role"] == "assistant"]
+    use = next(b for b in assistant[0]["content"] if b["type"] == "tool_use")
+    assert assistant[0]["content"][0] == server.issued[use["id"]]  # exactly as received, signature included
+    assert follow[0]["thinking"] == {"type": "enabled", "budget_tokens": 2000}
+    (rec,) = Archive(tmp_path / "archive").records()
+    assert rec.status == "completed" and rec.final_blob is not None
 
 
 # --------------------------------------------------------------------------- §4 limits, spend, live counts
@@ -285,3 +295,36 @@ def test_openrouter_and_ngrok_reports_are_read_and_secrets_removed():
     assert h["authorization"] == "[removed]" and h["x-echo"] == "key [redacted] here"
     n = gateway_info(h, {})
     assert n is not None and (n.gateway, n.served_model, n.retries) == ("ngrok", "gpt-x-2026", 2)
+
+
+def test_an_evaluator_read_through_the_proxy_keeps_headers_and_the_served_model(tmp_path):
+    from draligned.evaluator.storage import ReadStore
+    assert main(["run", str(sim_study(tmp_path))]) == 0
+    evaluator = tmp_path / "gw-eval.toml"
+    prompts = REPO / "evaluator_prompts"
+    with WireServer("openai-chat", ["length"]) as upstream, LiteLLMProxy("gw-read", upstream.base_url, UPSTREAM) as p:
+        evaluator.write_text(f"""evaluator_id = "gw-eval-v1"
+description = "an evaluator behind a gateway"
+max_tokens = 512
+concurrency = 2
+[prompts]
+requests = "{prompts / 'request_packet.v1.md'}"
+document = "{prompts / 'document_packet.v1.md'}"
+[schemas]
+requests = "{prompts / 'request_labels.v1.schema.json'}"
+document = "{prompts / 'document_items.v1.schema.json'}"
+[model]
+name = "gw-read"
+protocol = "openai-chat"
+model = "gw-read"
+base_url = "{p.base_url}"
+api_key_env = "GW_KEY"
+headers = {{ x-litellm-num-retries = "0" }}
+""")
+        main(["read", str(tmp_path / "archive"), "--evaluator", str(evaluator), "--phase", "final"])
+    archive = Archive(tmp_path / "archive")
+    reads = list(ReadStore(archive, "gw-eval-v1").reads().values())
+    assert reads and all(r.gateway.served_model == UPSTREAM and r.model_echo == "gw-read" for r in reads)
+    headers = json.loads(archive.get_text(reads[0].headers_blob))
+    assert headers["x-litellm-model-name"] == f"openai/{UPSTREAM}"
+    assert main(["archive", "verify", str(tmp_path / "archive")]) == 0

@@ -104,7 +104,8 @@ async def _read_one(model: ModelAPI, evaluator: Evaluator, store: ReadStore, pac
         status="OK" if outcome.ok else "READ_FAILED", error=outcome.error,
         raw_response_blob=raw_blob, text_blob=text_blob, model_echo=reply.model_echo,
         finish_reason=reply.finish_reason, usage=reply.usage, file_sha256=evaluator.file_sha256,
-        items=outcome.items, labels=outcome.labels)
+        items=outcome.items, labels=outcome.labels, gateway=reply.gateway,
+        headers_blob=None if reply.response_headers is None else store.archive.put_json_blob(reply.response_headers))
     store.put_read(record)
     return record
 

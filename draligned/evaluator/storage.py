@@ -24,7 +24,7 @@ from pydantic import BaseModel
 from draligned.archive.store import Archive, ArchiveError, write_once
 from draligned.evaluator.ingest import ExtractedItem, RequestLabel
 from draligned.evaluator.packets import Manifest
-from draligned.records import Record, Usage
+from draligned.records import GatewayInfo, Record, Usage, later
 
 
 class ReadRecord(Record):
@@ -54,6 +54,10 @@ class ReadRecord(Record):
     """Document reads: ingested items (sides restored to P/Q)."""
     labels: list[RequestLabel] = []
     """Request reads: ingested labels (sides restored to P/Q)."""
+    headers_blob: str | None = later()
+    """Blob of the canonical JSON of the reply's HTTP response headers (secrets removed); None for the simulator."""
+    gateway: GatewayInfo | None = later()
+    """What a gateway in front of the provider reported (served model, provider, retries, cost)."""
 
 
 def _dump(model: BaseModel | dict[str, Any]) -> bytes:
@@ -130,7 +134,8 @@ def verify_reads(archive: Archive) -> list[str]:
             except ValueError as exc:
                 problems.append(f"{path}: unreadable {model.__name__} ({str(exc).splitlines()[0]})")
                 continue
-            shas = [rec.packet_id] if isinstance(rec, Manifest) else [rec.raw_response_blob, rec.text_blob]
+            shas = [rec.packet_id] if isinstance(rec, Manifest) else (
+                [rec.raw_response_blob, rec.text_blob] + ([rec.headers_blob] if rec.headers_blob else []))
             problems += [f"{archive.blob_path(s)}: missing blob referenced by {path}"
                          for s in shas if not archive.blob_path(s).exists()]
     return problems

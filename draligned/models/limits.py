@@ -3,13 +3,13 @@
 ``max_connections = "auto"`` starts low and raises the limit by one after as many successful
 requests as the limit (additive increase); a 429 halves it (multiplicative decrease), within the
 declared bounds.
-Every change is kept with its time, and each call records the limit in force after it.
+Each call and failed attempt records the limit in force after it (``connection_limit``), so the
+archive shows the limit over the calls of the study.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Literal
 
 Outcome = Literal["ok", "throttled", "failed"]
@@ -25,8 +25,6 @@ class ConnectionLimit:
         self._successes = 0  # since the last change of the limit
         self._in_flight = 0
         self._cond = asyncio.Condition()
-        self.history: list[tuple[float, int]] = [(time.time(), start)]
-        """(UTC epoch seconds, limit) at the start and after every change."""
 
     @property
     def limit(self) -> int:
@@ -42,13 +40,10 @@ class ConnectionLimit:
         """Free a place and adapt: +1 after ``limit`` successes, halve on a 429 (bounded)."""
         async with self._cond:
             self._in_flight -= 1
-            before = self._limit
             if self.adaptive and outcome == "ok":
                 self._successes += 1
                 if self._successes >= self._limit:
                     self._limit, self._successes = min(self.ceiling, self._limit + 1), 0
             elif self.adaptive and outcome == "throttled":
                 self._limit, self._successes = max(self.floor, self._limit // 2), 0
-            if self._limit != before:
-                self.history.append((time.time(), self._limit))
             self._cond.notify_all()
