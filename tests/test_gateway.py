@@ -328,3 +328,11 @@ headers = {{ x-litellm-num-retries = "0" }}
     headers = json.loads(archive.get_text(reads[0].headers_blob))
     assert headers["x-litellm-model-name"] == f"openai/{UPSTREAM}"
     assert main(["archive", "verify", str(tmp_path / "archive")]) == 0
+
+
+def test_a_credential_in_declared_headers_is_refused_naming_the_field(tmp_path, capsys):
+    path = study(tmp_path, "openai-chat", "http://127.0.0.1:9/v1",
+                 model_extra='headers = { Authorization = "Bearer x" }')
+    assert main(["run", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "models[0].headers" in err and "Authorization would be archived" in err

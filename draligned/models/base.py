@@ -13,10 +13,11 @@ from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from draligned.hashing import sha256_json
 from draligned.models.checks import ModelChecks
+from draligned.models.gateway import SECRET_HEADERS
 from draligned.models.pricing import Price
 from draligned.models.retry import RetryPolicy
 from draligned.records import Message, ModelAttempt, ModelReply, Record, ToolSpec
@@ -80,6 +81,16 @@ class ModelDeclaration(Record):
     headers: dict[str, str] = Field(default_factory=dict)
     """HTTP headers sent verbatim with every request and recorded with each call (e.g.
     ``x-litellm-num-retries = "0"`` to keep retries in draligned, where they are recorded)."""
+
+    @field_validator("headers")
+    @classmethod
+    def _no_credentials(cls, headers: dict[str, str]) -> dict[str, str]:
+        """Declared headers are archived with every call, so a credential must come from ``api_key_env``."""
+        secret = sorted(h for h in headers if h.lower() in SECRET_HEADERS)
+        if secret:
+            raise ValueError(f"{', '.join(secret)} would be archived with every call; put the key in the "
+                             f"environment variable named by api_key_env instead")
+        return headers
 
     def request_fields(self) -> dict[str, Any]:
         """Defaults, minus omitted fields, updated with the declared request fields."""
