@@ -256,6 +256,9 @@ def test_progress_shows_completed_failed_and_retrying_runs_with_cost(tmp_path):
     assert any(e.retrying == 1 for e in seen) and seen[-1].retrying == 0
     assert (seen[-1].done, seen[-1].completed, seen[-1].failed) == (1, 1, 0)
     assert seen[-1].cost_usd == pytest.approx(calls(tmp_path)[0].cost_usd)
+    from draligned.cli.run import live_counts
+    assert live_counts(seen[-1]) == f"completed 1 · failed 0 · retrying 0 · ${seen[-1].cost_usd:.4f}"
+    assert "retrying 1" in live_counts(next(e for e in seen if e.retrying))
 
 
 def test_an_unreachable_model_stops_after_consecutive_connection_failures(tmp_path, capsys):
