@@ -181,11 +181,13 @@ def test_cess_side_by_side_and_bootstrap():
             "p1": CessRow(run_id="p1", opened_mean=0.3, estimate=None, interval_low=0.1, interval_high=0.9),
             "q1": CessRow(run_id="q1", opened_mean=0.5, estimate=0.3)}
     t = cess_by_pair(pairs(), cess, PLAN.cess).records()[0]
-    assert (t["om_pairs"], t["om_diff"], t["cess_pairs"], t["cess_diff"], t["pairs_interval_only"]) == (
-        2, pytest.approx(0.3), 1, pytest.approx(-0.1), 1)
-    assert t["om_low"] <= t["om_diff"] <= t["om_high"]
+    # "P-Q" is P minus Q: (0.2 - 0.6 + 0.3 - 0.5) / 2 and 0.5 - 0.4, clustered by card
+    assert (t["cluster"], t["om_pairs"], t["opened_mean_a_minus_b"], t["cess_pairs"], t["cess_a_minus_b"],
+            t["pairs_interval_only"]) == ("card", 2, pytest.approx(-0.3), 1, pytest.approx(0.1), 1)
+    assert t["om_low"] <= t["opened_mean_a_minus_b"] <= t["om_high"]
+    # mean within cluster, then clusters equally: (1 + 3) / 2, not the run-weighted 5/3
     iv = cluster_bootstrap([1.0, 1.0, 3.0], ["a", "a", "b"], PLAN.cess)
-    assert iv.mean == pytest.approx(5 / 3, abs=1e-4) and iv.low == 1.0 and iv.high == 3.0
+    assert iv.mean == pytest.approx(2.0) and iv.low == 1.0 and iv.high == 3.0
 
 
 def test_plan_errors_name_file_and_field(tmp_path):
@@ -207,7 +209,8 @@ def test_plan_errors_name_file_and_field(tmp_path):
 
 def test_intervention_effects_and_icc():
     def cells(task, rep, t00, t10, t01, t11):
-        return [InterventionRow(task_id=task, replicate=rep, selection=a, stopping=b, opened_mean=v)
+        return [InterventionRow(study="s", card_id=task, block="P/m/H00/original", replicate=rep, selection=a,
+                                stopping=b, opened_mean=v)
                 for (a, b), v in {(0, 0): t00, (1, 0): t10, (0, 1): t01, (1, 1): t11}.items()]
     rows = (cells("A", 0, 0.1, 0.2, 0.1, 0.4) + cells("A", 1, 0.1, 0.2, 0.2, 0.4)
             + cells("B", 0, 0.1, 0.4, 0.1, 0.5) + cells("B", 1, 0.1, 0.4, 0.2, 0.5)
@@ -220,8 +223,9 @@ def test_intervention_effects_and_icc():
     # selection is the same in both replicates of a task and differs between tasks -> ICC 1
     assert t["selection"]["icc"] == 1.0 and t["selection"]["icc_k"] == 2
     # stopping is 0 then 0.1 in every task: no between-task variation -> undefined
-    assert t["stopping"]["icc"] is None and t["stopping"]["icc_undefined"] == "no between-task variation"
-    assert icc_1k({"A": [1.0]}).undefined_reason == "needs two tasks with two replicates"
+    assert t["stopping"]["icc"] is None and t["stopping"]["icc_undefined"] == "no between-card variation"
+    assert icc_1k({"A": [1.0]}).undefined_reason == "needs two cards with two replicates"
+    assert t["selection"]["cluster"] == "card"
     assert intervention_effects([], PLAN.cess).empty_reason.startswith("the archive has no complete 2x2")
 
 
@@ -240,8 +244,8 @@ def test_pool_runs_pair_within_their_search_cell_and_cells_are_not_averaged():
             "P1": CessRow(run_id="P1", opened_mean=0.4, estimate=0.2),
             "Q1": CessRow(run_id="Q1", opened_mean=0.4, estimate=0.2)}
     by_pair = {r["search_cell"]: r for r in cess_by_pair(ps, cess, PLAN.cess).records()}
-    assert by_pair["agent/fixed/original"]["om_diff"] == pytest.approx(0.4)
-    assert by_pair["uniform/fixed/original"]["om_diff"] == 0.0
+    assert by_pair["agent/fixed/original"]["opened_mean_a_minus_b"] == pytest.approx(-0.4)  # P0 - Q0
+    assert by_pair["uniform/fixed/original"]["opened_mean_a_minus_b"] == 0.0
     by_arm = {(r["arm"], r["search_cell"]): r for r in cess_by_arm(runs, cess).records()}
     assert len(by_arm) == 4 and by_arm[("P", "agent/fixed/original")]["opened_mean"] == 0.2
 
