@@ -105,14 +105,20 @@ def test_bench_perspectrum(capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["cess", "bench", "perspectrum", "--data", str(FIXTURE), "--seeds", "1", "--budget", "4"]
     assert _run([*argv, "--resamples", "200", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert [m["method"] for m in report["methods"]][:6] == [
-        "Tuning-set Mean",
-        "Outcome Regression",
+    assert [m["method"] for m in report["methods"]][:5] == [
         "Opened Mean",
-        "Sequential IPW",
-        "Sequential DR",
+        "Outcome Regression",
+        "Tuning-set Mean",
+        "Opened Mean shrunk to Tuning Mean",
         "CESS",
     ]
+    assert report["settings"]["outcome"] == "mean" and report["settings"]["shared_documents"] == "drop"
+    assert report["calibration"]["chosen"]["stop_rule"] in ("one_sided", "both_sides")
+    assert _run([*argv, "--resamples", "200", "--json", "--no-calibrate", "--stop-rule", "both_sides",
+                 "--outcome", "ridge", "--shared", "keep"]) == 0
+    fixed = json.loads(capsys.readouterr().out)
+    assert fixed["calibration"] is None and fixed["search"]["stop_rule"] == "both_sides"
+    assert fixed["settings"]["outcome"] == "ridge" and fixed["settings"]["shared_documents"] == "keep"
     assert _run([*argv, "--resamples", "200"]) == 0
     assert "MAE after each round" in capsys.readouterr().out
     assert _run(["cess", "bench", "perspectrum", "--data", str(FIXTURE / "missing")]) == 2
