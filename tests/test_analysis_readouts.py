@@ -229,6 +229,29 @@ def test_intervention_effects_and_icc():
     assert intervention_effects([], PLAN.cess).empty_reason.startswith("the archive has no complete 2x2")
 
 
+def test_interventions_cluster_by_card_not_by_arm():
+    """Two arms of one card are one cluster: the CI resamples 2 cards, the ICC compares 2 cards."""
+    def cells(card, arm, rep, sel):
+        return [InterventionRow(study="s", card_id=card, block=f"{arm}/m/H00/original", replicate=rep, selection=a,
+                                stopping=b, opened_mean=sel * a) for a, b in ((0, 0), (1, 0), (0, 1), (1, 1))]
+    rows = [r for card, sel in (("A", 0.2), ("B", 0.6)) for arm in ("P", "Q") for rep in (0, 1)
+            for r in cells(card, arm, rep, sel + (0.1 if arm == "P" else 0.0) + 0.01 * rep)]
+    t = {r["effect"]: r for r in intervention_effects(rows, PLAN.cess).records()}["selection"]
+    assert (t["cluster"], t["blocks"], t["icc_cards"], t["icc_k"]) == ("card", 8, 2, 2)
+    assert t["mean"] == pytest.approx((0.255 + 0.655) / 2)
+    assert (t["low"], t["high"]) == (pytest.approx(0.255), pytest.approx(0.655))  # only 2 clusters to draw
+
+
+def test_plan_refuses_clusters_finer_than_the_card(tmp_path):
+    bad = tmp_path / "p.toml"
+    bad.write_text('name = "x"\nversion = 1\n[cess]\ncluster = "pair"\n')
+    with pytest.raises(PlanError, match=r"p.toml: cess.cluster"):
+        load_plan(bad)
+    bad.write_text('name = "x"\nversion = 1\n[cess]\ncluster = "study"\n')
+    assert load_plan(bad).plan.cess.cluster == "study"
+    assert load_plan("analysis/demo.toml").plan.cess.cluster == "card"
+
+
 def test_pool_runs_pair_within_their_search_cell_and_cells_are_not_averaged():
     """A pool study has one slot per (card, arm, model, harness, seed) and search cell: every cell
     is its own pair, never collapsed into one, and the per-arm CESS table keeps cells apart."""

@@ -199,6 +199,8 @@ def run_bench(data: PerspectrumData, settings: BenchSettings | None = None) -> B
     settings = settings or BenchSettings()
     start = time.perf_counter()
     split = without_shared_documents(data) if settings.shared_documents == "drop" else data
+    if not split.tuning or not split.evaluation:
+        raise ValueError("no eligible tuning or test claims (after removing shared documents from tuning pools)")
     calibration = calibrate(split.tuning, settings.search, settings.stop_rules) if settings.calibrate else None
     search = settings_at(settings.search, calibration.chosen) if calibration else settings.search
     tuning_runs = Runs.search(split.tuning, search)

@@ -256,8 +256,11 @@ def _run_bench_perspectrum(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    settings = bench_settings(args)
-    report = run_bench(data, settings)
+    try:
+        report = run_bench(data, bench_settings(args))
+    except ValueError as exc:
+        print(f"error: {args.data}: {exc}", file=sys.stderr)
+        return 2
     print(report.model_dump_json() if args.json else bench_text(report))
     return 0
 
