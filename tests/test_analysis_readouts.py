@@ -198,6 +198,11 @@ def test_plan_errors_name_file_and_field(tmp_path):
     bad.write_text('name = "x"\nversion = 1\nphases = ["final"]\nprimary_phase = "requests"\n')
     with pytest.raises(PlanError, match=r"bad.toml: primary_phase"):
         load_plan(bad)
+    bad.write_text('name = "x"\nversion = 1\n[cess]\ncluster = "pair"\n')  # finer than the card: refused
+    with pytest.raises(PlanError, match=r"bad.toml: cess.cluster"):
+        load_plan(bad)
+    bad.write_text('name = "x"\nversion = 1\n[cess]\ncluster = "study"\n')  # coarser: allowed
+    assert load_plan(bad).plan.cess.cluster == "study"
     bad.write_text('name = "x"\nversion = 1\nsurprise = 1\n')
     with pytest.raises(PlanError, match=r"bad.toml: surprise"):
         load_plan(bad)
@@ -205,6 +210,7 @@ def test_plan_errors_name_file_and_field(tmp_path):
         loaded = load_plan(shipped)
         assert len(loaded.sha256) == 64 and loaded.plan.primary_phase == "final"
     assert load_plan("analysis/paper_main.toml").plan.comparisons.primary == ["PP-QP"]
+    assert load_plan("analysis/demo.toml").plan.cess.cluster == "card"
 
 
 def test_intervention_effects_and_icc():
@@ -240,16 +246,6 @@ def test_interventions_cluster_by_card_not_by_arm():
     assert (t["cluster"], t["blocks"], t["icc_cards"], t["icc_k"]) == ("card", 8, 2, 2)
     assert t["mean"] == pytest.approx((0.255 + 0.655) / 2)
     assert (t["low"], t["high"]) == (pytest.approx(0.255), pytest.approx(0.655))  # only 2 clusters to draw
-
-
-def test_plan_refuses_clusters_finer_than_the_card(tmp_path):
-    bad = tmp_path / "p.toml"
-    bad.write_text('name = "x"\nversion = 1\n[cess]\ncluster = "pair"\n')
-    with pytest.raises(PlanError, match=r"p.toml: cess.cluster"):
-        load_plan(bad)
-    bad.write_text('name = "x"\nversion = 1\n[cess]\ncluster = "study"\n')
-    assert load_plan(bad).plan.cess.cluster == "study"
-    assert load_plan("analysis/demo.toml").plan.cess.cluster == "card"
 
 
 def test_pool_runs_pair_within_their_search_cell_and_cells_are_not_averaged():
