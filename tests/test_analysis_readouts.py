@@ -228,7 +228,7 @@ def test_intervention_effects_and_icc():
     assert t["interaction"]["mean"] == pytest.approx(0.1)  # blocks: 0.2, 0.1, 0.1, 0.0
     # selection is the same in both replicates of a task and differs between tasks -> ICC 1
     assert t["selection"]["icc"] == 1.0 and t["selection"]["icc_k"] == 2
-    # stopping is 0 then 0.1 in every task: no between-task variation -> undefined
+    # stopping is 0 then 0.1 in every card: no between-card variation -> undefined
     assert t["stopping"]["icc"] is None and t["stopping"]["icc_undefined"] == "no between-card variation"
     assert icc_1k({"A": [1.0]}).undefined_reason == "needs two cards with two replicates"
     assert t["selection"]["cluster"] == "card"
