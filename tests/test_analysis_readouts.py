@@ -181,11 +181,13 @@ def test_cess_side_by_side_and_bootstrap():
             "p1": CessRow(run_id="p1", opened_mean=0.3, estimate=None, interval_low=0.1, interval_high=0.9),
             "q1": CessRow(run_id="q1", opened_mean=0.5, estimate=0.3)}
     t = cess_by_pair(pairs(), cess, PLAN.cess).records()[0]
-    assert (t["om_pairs"], t["om_diff"], t["cess_pairs"], t["cess_diff"], t["pairs_interval_only"]) == (
-        2, pytest.approx(0.3), 1, pytest.approx(-0.1), 1)
-    assert t["om_low"] <= t["om_diff"] <= t["om_high"]
+    # "P-Q" is P minus Q: (0.2 - 0.6 + 0.3 - 0.5) / 2 and 0.5 - 0.4, clustered by card
+    assert (t["cluster"], t["om_pairs"], t["opened_mean_a_minus_b"], t["cess_pairs"], t["cess_a_minus_b"],
+            t["pairs_interval_only"]) == ("card", 2, pytest.approx(-0.3), 1, pytest.approx(0.1), 1)
+    assert t["om_low"] <= t["opened_mean_a_minus_b"] <= t["om_high"]
+    # mean within cluster, then clusters equally: (1 + 3) / 2, not the run-weighted 5/3
     iv = cluster_bootstrap([1.0, 1.0, 3.0], ["a", "a", "b"], PLAN.cess)
-    assert iv.mean == pytest.approx(5 / 3, abs=1e-4) and iv.low == 1.0 and iv.high == 3.0
+    assert iv.mean == pytest.approx(2.0) and iv.low == 1.0 and iv.high == 3.0
 
 
 def test_plan_errors_name_file_and_field(tmp_path):
@@ -196,6 +198,11 @@ def test_plan_errors_name_file_and_field(tmp_path):
     bad.write_text('name = "x"\nversion = 1\nphases = ["final"]\nprimary_phase = "requests"\n')
     with pytest.raises(PlanError, match=r"bad.toml: primary_phase"):
         load_plan(bad)
+    bad.write_text('name = "x"\nversion = 1\n[cess]\ncluster = "pair"\n')  # finer than the card: refused
+    with pytest.raises(PlanError, match=r"bad.toml: cess.cluster"):
+        load_plan(bad)
+    bad.write_text('name = "x"\nversion = 1\n[cess]\ncluster = "study"\n')  # coarser: allowed
+    assert load_plan(bad).plan.cess.cluster == "study"
     bad.write_text('name = "x"\nversion = 1\nsurprise = 1\n')
     with pytest.raises(PlanError, match=r"bad.toml: surprise"):
         load_plan(bad)
@@ -203,11 +210,13 @@ def test_plan_errors_name_file_and_field(tmp_path):
         loaded = load_plan(shipped)
         assert len(loaded.sha256) == 64 and loaded.plan.primary_phase == "final"
     assert load_plan("analysis/paper_main.toml").plan.comparisons.primary == ["PP-QP"]
+    assert load_plan("analysis/demo.toml").plan.cess.cluster == "card"
 
 
 def test_intervention_effects_and_icc():
     def cells(task, rep, t00, t10, t01, t11):
-        return [InterventionRow(task_id=task, replicate=rep, selection=a, stopping=b, opened_mean=v)
+        return [InterventionRow(study="s", card_id=task, block="P/m/H00/original", replicate=rep, selection=a,
+                                stopping=b, opened_mean=v)
                 for (a, b), v in {(0, 0): t00, (1, 0): t10, (0, 1): t01, (1, 1): t11}.items()]
     rows = (cells("A", 0, 0.1, 0.2, 0.1, 0.4) + cells("A", 1, 0.1, 0.2, 0.2, 0.4)
             + cells("B", 0, 0.1, 0.4, 0.1, 0.5) + cells("B", 1, 0.1, 0.4, 0.2, 0.5)
@@ -219,10 +228,24 @@ def test_intervention_effects_and_icc():
     assert t["interaction"]["mean"] == pytest.approx(0.1)  # blocks: 0.2, 0.1, 0.1, 0.0
     # selection is the same in both replicates of a task and differs between tasks -> ICC 1
     assert t["selection"]["icc"] == 1.0 and t["selection"]["icc_k"] == 2
-    # stopping is 0 then 0.1 in every task: no between-task variation -> undefined
-    assert t["stopping"]["icc"] is None and t["stopping"]["icc_undefined"] == "no between-task variation"
-    assert icc_1k({"A": [1.0]}).undefined_reason == "needs two tasks with two replicates"
+    # stopping is 0 then 0.1 in every card: no between-card variation -> undefined
+    assert t["stopping"]["icc"] is None and t["stopping"]["icc_undefined"] == "no between-card variation"
+    assert icc_1k({"A": [1.0]}).undefined_reason == "needs two cards with two replicates"
+    assert t["selection"]["cluster"] == "card"
     assert intervention_effects([], PLAN.cess).empty_reason.startswith("the archive has no complete 2x2")
+
+
+def test_interventions_cluster_by_card_not_by_arm():
+    """Two arms of one card are one cluster: the CI resamples 2 cards, the ICC compares 2 cards."""
+    def cells(card, arm, rep, sel):
+        return [InterventionRow(study="s", card_id=card, block=f"{arm}/m/H00/original", replicate=rep, selection=a,
+                                stopping=b, opened_mean=sel * a) for a, b in ((0, 0), (1, 0), (0, 1), (1, 1))]
+    rows = [r for card, sel in (("A", 0.2), ("B", 0.6)) for arm in ("P", "Q") for rep in (0, 1)
+            for r in cells(card, arm, rep, sel + (0.1 if arm == "P" else 0.0) + 0.01 * rep)]
+    t = {r["effect"]: r for r in intervention_effects(rows, PLAN.cess).records()}["selection"]
+    assert (t["cluster"], t["blocks"], t["icc_cards"], t["icc_k"]) == ("card", 8, 2, 2)
+    assert t["mean"] == pytest.approx((0.255 + 0.655) / 2)
+    assert (t["low"], t["high"]) == (pytest.approx(0.255), pytest.approx(0.655))  # only 2 clusters to draw
 
 
 def test_pool_runs_pair_within_their_search_cell_and_cells_are_not_averaged():
@@ -240,8 +263,8 @@ def test_pool_runs_pair_within_their_search_cell_and_cells_are_not_averaged():
             "P1": CessRow(run_id="P1", opened_mean=0.4, estimate=0.2),
             "Q1": CessRow(run_id="Q1", opened_mean=0.4, estimate=0.2)}
     by_pair = {r["search_cell"]: r for r in cess_by_pair(ps, cess, PLAN.cess).records()}
-    assert by_pair["agent/fixed/original"]["om_diff"] == pytest.approx(0.4)
-    assert by_pair["uniform/fixed/original"]["om_diff"] == 0.0
+    assert by_pair["agent/fixed/original"]["opened_mean_a_minus_b"] == pytest.approx(-0.4)  # P0 - Q0
+    assert by_pair["uniform/fixed/original"]["opened_mean_a_minus_b"] == 0.0
     by_arm = {(r["arm"], r["search_cell"]): r for r in cess_by_arm(runs, cess).records()}
     assert len(by_arm) == 4 and by_arm[("P", "agent/fixed/original")]["opened_mean"] == 0.2
 

@@ -32,7 +32,7 @@ def test_demo_end_to_end(demo_run: DemoRun, capsys):
     assert "No evaluator reads in this archive" not in html and "sim-lexical-v1" in html
     final_matrix = (out / "report" / "tables").glob("*pair_matri*.csv")
     assert any("OWN" in p.read_text() for p in final_matrix)
-    assert "Pool estimates per arm" in printed and "dOpened (effect)" in printed  # part 2: CESS over pools
+    assert "Pool estimates per arm" in printed and "dOpened = P - Q (effect)" in printed  # part 2: CESS over pools
     pool_archive = Archive(out / "pool-archive")
     assert verify(pool_archive) == [] and len(pool_archive.records()) == 80
     pool_report = out / "pool-report"

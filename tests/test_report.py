@@ -109,8 +109,10 @@ def test_report_writes_every_table_with_identity_and_known_answers(built, capsys
     cov = _csv(out / "tables" / "coverage_runs.csv")[0]
     assert cov["attempts"] == cov["completed"] == "12"
     om = {r["comparison"]: r for r in _csv(out / "tables" / "cess_by_pair.csv")}
-    assert float(om["PP-QP"]["om_diff"]) == pytest.approx(0.5) and float(om["PP-PQ"]["om_diff"]) == 0.0
-    assert float(om["P-Q"]["cess_diff"]) == 0.0
+    # A-B is arm A minus arm B (it used to print B - A under the A-B label: +0.5 here)
+    assert float(om["PP-QP"]["opened_mean_a_minus_b"]) == pytest.approx(-0.5)
+    assert float(om["PP-PQ"]["opened_mean_a_minus_b"]) == 0.0
+    assert float(om["P-Q"]["cess_a_minus_b"]) == 0.0
     effects = {r["effect"]: r for r in _csv(out / "tables" / "cess_interventions.csv")}
     assert float(effects["selection"]["mean"]) == pytest.approx(0.3) and effects["selection"]["blocks"] == "4"
     assert float(effects["stopping"]["mean"]) == pytest.approx(0.05)

@@ -2,8 +2,10 @@
 
 The Opened Mean describes what a run opened; the CESS estimate targets the pool the run could
 search (CESS paper). They are different estimands and are shown next to each other, never
-subtracted. Pair differences are arm b minus arm a over pairs where both arms have the value;
-CIs are percentile cluster bootstraps (clusters: pairs or cards, from the plan).
+subtracted. A comparison named ``A-B`` is arm A minus arm B (as in `draligned cess pairs`), over
+pairs where both arms have the value. Means and CIs weight units equally within a cluster and
+clusters equally (``draligned.cess.metrics.cluster_ci``); the cluster is the card by default, or
+the coarser study (the plan's ``cess.cluster``), and every table names it.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from draligned.analysis.pairs import Pair, finished_runs
 from draligned.analysis.plan import Cess
 from draligned.analysis.rows import CessRow, Row, RunRow
 from draligned.analysis.table import Table
+from draligned.cess import metrics
 
 
 class Interval(Row):
@@ -32,18 +35,17 @@ class Interval(Row):
 
 
 def cluster_bootstrap(values: list[float], clusters: list[str], cfg: Cess) -> Interval:
-    """Mean of ``values`` with a percentile CI resampling whole clusters with replacement."""
+    """Mean within cluster, then across clusters, with a percentile CI resampling whole clusters."""
     if not values:
         return Interval(n=0, mean=None, low=None, high=None)
-    ids = sorted(set(clusters))
-    groups = [np.array([v for v, c in zip(values, clusters, strict=True) if c == i]) for i in ids]
-    sums, sizes = np.array([g.sum() for g in groups]), np.array([len(g) for g in groups])
-    rng = np.random.default_rng(cfg.seed)
-    draws = rng.integers(0, len(ids), size=(cfg.bootstrap, len(ids)))
-    boot = sums[draws].sum(axis=1) / sizes[draws].sum(axis=1)
-    alpha = (1 - cfg.confidence) / 2
-    return Interval(n=len(values), mean=round(float(np.mean(values)), 4),
-                    low=round(float(np.quantile(boot, alpha)), 4), high=round(float(np.quantile(boot, 1 - alpha)), 4))
+    ci = metrics.cluster_ci(np.asarray(values, float), np.asarray(clusters), level=cfg.confidence,
+                            n_resamples=cfg.bootstrap, seed=cfg.seed)
+    return Interval(n=len(values), mean=round(ci.estimate, 4), low=round(ci.lower, 4), high=round(ci.upper, 4))
+
+
+def cluster_of(cfg: Cess, card_id: str, study: str) -> str:
+    """The bootstrap cluster of a unit: its card (question) or, coarser, its study."""
+    return card_id if cfg.cluster == "card" else study
 
 
 def _r(x: float | None) -> float | None:
@@ -88,20 +90,23 @@ def cess_by_pair(pairs: list[Pair], cess: dict[str, CessRow], cfg: Cess) -> Tabl
             by_comp.setdefault((p.comparison, p.search_cell), []).append((p, *arms))
     rows = []
     for (comp, search_cell), ps in sorted(by_comp.items()):
-        def cluster(p: Pair) -> str:
-            return p.card_id if cfg.cluster == "card" else f"{p.card_id}/{p.model}/{p.harness}/{p.seed}/{p.axis}"
-        om = cluster_bootstrap([b.opened_mean - a.opened_mean for _, a, b in ps], [cluster(p) for p, _, _ in ps], cfg)
-        pts = [(p, b.estimate - a.estimate) for p, a, b in ps if a.estimate is not None and b.estimate is not None]
-        ce = cluster_bootstrap([d for _, d in pts], [cluster(p) for p, _ in pts], cfg)
-        rows.append([comp, search_cell, om.n, om.mean, om.low, om.high, ce.n, ce.mean, ce.low, ce.high,
+        om = cluster_bootstrap([a.opened_mean - b.opened_mean for _, a, b in ps],
+                               [cluster_of(cfg, p.card_id, p.study) for p, _, _ in ps], cfg)
+        pts = [(p, a.estimate - b.estimate) for p, a, b in ps if a.estimate is not None and b.estimate is not None]
+        ce = cluster_bootstrap([d for _, d in pts], [cluster_of(cfg, p.card_id, p.study) for p, _ in pts], cfg)
+        rows.append([comp, search_cell, cfg.cluster, om.n, om.mean, om.low, om.high, ce.n, ce.mean, ce.low, ce.high,
                      len(ps) - len(pts)])
     level = round(cfg.confidence * 100)
     return Table(
-        name="cess_by_pair", title=f"Arm difference (b - a): Opened Mean next to CESS, {level}% cluster-bootstrap CIs",
-        note=f"Pairs with CESS rows for both arms. CESS difference only over pairs where both arms have a point "
-             f"estimate (pairs_interval_only counts the rest). Clusters: {cfg.cluster}; {cfg.bootstrap} "
-             f"replicates, seed {cfg.seed}. The two differences are different estimands.",
-        columns=["comparison", "search_cell", "om_pairs", "om_diff", "om_low", "om_high", "cess_pairs", "cess_diff",
-                 "cess_low", "cess_high", "pairs_interval_only"],
+        name="cess_by_pair",
+        title=f"Arm difference A - B (comparison A-B): Opened Mean next to CESS, {level}% {cfg.cluster}-cluster "
+              "bootstrap CIs",
+        note=f"A comparison A-B is arm A minus arm B, as in `draligned cess pairs`. Pairs with CESS rows for both "
+             f"arms; the CESS difference only over pairs where both arms have a point estimate (pairs_interval_only "
+             f"counts the rest). Mean within {cfg.cluster}, then {cfg.cluster}s equally; bootstrap of whole "
+             f"{cfg.cluster}s, {cfg.bootstrap} replicates, seed {cfg.seed}. The two differences are different "
+             "estimands.",
+        columns=["comparison", "search_cell", "cluster", "om_pairs", "opened_mean_a_minus_b", "om_low", "om_high",
+                 "cess_pairs", "cess_a_minus_b", "cess_low", "cess_high", "pairs_interval_only"],
         rows=rows, computed_by="draligned.analysis.cess_side.cess_by_pair",
         empty_reason=None if rows else "no pair has CESS estimates for both arms")

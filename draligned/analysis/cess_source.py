@@ -3,8 +3,9 @@
 ``cess_runs`` (built by ``rebuild_index`` from the pool-round events; see
 ``draligned.cess.archive_runs``) has one row per run over a candidate pool. Its 2x2 cells
 (selection agent/uniform x stopping adaptive/fixed) give the intervention rows (CESS paper
-Eqs. 3-4), paired within blocks of card, arm, model, harness, ranking and seed; like every other
-table, a slot is represented by its latest finished attempt (a failed attempt never fills a cell).
+Eqs. 3-4), paired within blocks of card, arm, model, harness, ranking and seed, and clustered by
+card (the question), never by finer labels; like every other table, a slot is represented by its
+latest finished attempt (a failed attempt never fills a cell).
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ def load_cess(con: duckdb.DuckDBPyConnection, log: QueryLog) -> list[CessRow]:
 
 INTERVENTIONS_SQL = """
 SELECT study, card_id AS card, model AS model_name, harness AS harness_id,
-       card_id || '/' || arm || '/' || model || '/' || harness || '/' || ranking AS task_id,
+       study AS cluster_study, card_id,
+       arm || '/' || model || '/' || harness || '/' || ranking AS block,
        seed AS replicate,
        CASE selection WHEN 'agent' THEN 1 ELSE 0 END AS selection,
        CASE stopping WHEN 'adaptive' THEN 1 ELSE 0 END AS stopping,
@@ -39,7 +41,7 @@ FROM cess_runs
 WHERE status IN ('completed', 'budget_exhausted')
 QUALIFY row_number() OVER (PARTITION BY study, card_id, arm, model, harness, seed, selection, stopping, ranking
                            ORDER BY attempt DESC, run_id) = 1
-ORDER BY task_id, replicate, selection, stopping
+ORDER BY card_id, block, replicate, selection, stopping
 """.strip()
 
 

@@ -13,6 +13,7 @@ from typing import Literal
 
 from pydantic import Field, ValidationError
 
+from draligned.cess.metrics import BOOTSTRAP_SEED
 from draligned.hashing import sha256_bytes
 from draligned.records import Record
 
@@ -74,16 +75,24 @@ class Agreement(Record):
 
 
 class Cess(Record):
-    """CESS side by side (an estimand of the opened evidence pool, not of the recommendation)."""
+    """CESS side by side (an estimand of the opened evidence pool, not of the recommendation).
 
-    bootstrap: int = Field(2000, ge=100)
-    """Cluster-bootstrap replicates."""
-    cluster: Literal["pair", "card"] = "pair"
-    """Resampling unit: matched pair of runs, or whole card."""
+    Every CESS interval of the report resamples whole clusters: the card (the question, as in the
+    paper's question-level bootstrap) by default, or the coarser study. Finer units (a pair, or a
+    card's arm, model or harness) are refused: runs of one card share its pool and are not
+    independent. Within a cluster every unit weighs the same (mean within cluster, then clusters
+    equally; ``draligned.cess.metrics.cluster_ci``), as in `draligned cess pairs`. With the
+    defaults the report prints the same difference and CI as `draligned cess pairs`.
+    """
+
+    bootstrap: int = Field(10_000, ge=100)
+    """Cluster-bootstrap replicates (10,000, as `draligned cess pairs` and the paper)."""
+    cluster: Literal["card", "study"] = "card"
+    """Resampling unit: the card (question), or the coarser study; never finer."""
     confidence: float = Field(0.95, gt=0.5, lt=1.0)
     """Two-sided percentile interval level."""
-    seed: int = 0
-    """Bootstrap random seed (reports are reproducible)."""
+    seed: int = BOOTSTRAP_SEED
+    """Bootstrap random seed (the paper's, shared with `draligned cess pairs`)."""
 
 
 class Plan(Record):

@@ -7,14 +7,16 @@ One concept per module:
 - ``estimators``  Opened Mean, OR, sequential IPW and DR (Eq. 6), CESS (Eqs. 9, 12, 13), intervals (Eq. 10)
 - ``metrics``     appendix F metrics, intervention effects (Eqs. 3–4), ICC, cluster bootstrap
 - ``outcome``     outcome models fit on tuning tasks (tuning mean, closed-form ridge on TF-IDF)
-- ``tuning``      λ on the grid 0, 0.05, ..., 1 by tuning-task MAE
+- ``tuning``      λ and the shrink-to-tuning-mean α on the grid 0, 0.05, ..., 1 by tuning-task MAE
 - ``text``        tokens and TF-IDF vectors
 - ``pool``        the logged pool controller behind a pool-backed ``search`` tool (CRN sampling, stopping)
 - ``simulate``    a vectorized simulator of adaptive search over finite pools
 - ``experiments`` the paper's controlled experiments (Table 5, appendix A.3, A.4)
 - ``perspectrum`` PERSPECTRUM v1.0 claims as candidate pools
 - ``searches``    non-LLM controllers searching PERSPECTRUM pools
-- ``bench``       the PERSPECTRUM benchmark (appendix F, Tables 7, 8, 10)
+- ``calibration`` ranking strength of the PERSPECTRUM searches, calibrated on tuning claims
+- ``bench``       the PERSPECTRUM benchmark protocol (appendix F)
+- ``bench_tables`` its test-set tables (Tables 7, 8, 10, paired question-level CIs)
 - ``archive_runs`` archived pool-search runs as trajectories and their estimates (``cess_runs``)
 - ``pairs``       P/Q pair contrasts and the 2×2 selection × stopping effects of archived runs
 """

@@ -39,6 +39,8 @@ class TrajectoryBatch:
     """(B, N) True for real pool documents."""
     first_support: np.ndarray
     """(B, N) first observed round (0-based) in which the document had positive probability, K_max if none."""
+    full_support: np.ndarray
+    """(B, K) True when every pool document had positive probability in round t (and in unobserved rounds)."""
 
     @property
     def n_rounds(self) -> np.ndarray:
@@ -71,6 +73,27 @@ class TrajectoryBatch:
         return self.doc_mask & (self.first_support < self.n_rounds[:, None])
 
     @property
+    def round_varying_support(self) -> np.ndarray:
+        """(B,) True when some observed round gave some document probability 0 (Assumption 1 fails)."""
+        return ~np.all(self.full_support | ~self.mask, axis=1)
+
+    @property
+    def opened(self) -> np.ndarray:
+        """(B, N) documents selected in at least one observed round."""
+        out = np.zeros(self.doc_mask.shape, bool)
+        rows, rounds = np.nonzero(self.mask)
+        out[rows, self.chosen[rows, rounds]] = True
+        return out
+
+    @property
+    def opened_y_sum(self) -> np.ndarray:
+        """(B,) Σ Y over the distinct documents opened (each counted once)."""
+        y = np.zeros(self.doc_mask.shape)
+        rows, rounds = np.nonzero(self.mask)
+        y[rows, self.chosen[rows, rounds]] = self.y[rows, rounds]
+        return y.sum(axis=1)
+
+    @property
     def theta_star(self) -> np.ndarray:
         """(B,) pool target θ* = mean of Y over the pool (Eq. 1); NaN when some Y is unknown."""
         y = np.where(self.doc_mask, self.doc_y, 0.0)
@@ -89,6 +112,7 @@ class TrajectoryBatch:
             mask=self.mask[:, cut],
             budget=np.minimum(self.budget, k),
             first_support=np.minimum(self.first_support, k),
+            full_support=self.full_support[:, cut],
         )
 
     def with_predictions(self, doc_m: np.ndarray) -> TrajectoryBatch:
@@ -109,6 +133,7 @@ class TrajectoryBatch:
         p, stop = np.ones((b, k)), np.zeros((b, k))
         doc_m, doc_y, doc_mask = np.zeros((b, n)), np.full((b, n), np.nan), np.zeros((b, n), bool)
         first_support = np.full((b, n), k)
+        full_support = np.ones((b, k), bool)
         for row, traj in enumerate(trajectories):
             size, rounds = len(traj.pool.doc_ids), len(traj.rounds)
             index = {doc: i for i, doc in enumerate(traj.pool.doc_ids)}
@@ -125,6 +150,7 @@ class TrajectoryBatch:
                 doc_y[row, :size] = [np.nan if v is None else v for v in traj.pool.y]
             positive = probs > 0
             first_support[row, :size] = np.where(positive.any(axis=0), positive.argmax(axis=0), k)
+            full_support[row, :rounds] = positive.all(axis=1)
         return cls(
             chosen,
             y,
@@ -136,4 +162,5 @@ class TrajectoryBatch:
             doc_y,
             doc_mask,
             first_support,
+            full_support,
         )

@@ -1,18 +1,25 @@
 """The PERSPECTRUM benchmark (`draligned cess bench perspectrum`), after the paper's appendix F.
 
-Tuning claims (train + dev) fit everything: the tuning-set mean, a ridge
-outcome model on document text (penalty by cross-validation over claims, with
-out-of-fold predictions for the tuning trajectories), and λ by MAE on tuning
-searches. Test claims are only evaluated: MAE, RMSE, within-question bias,
-ranking sensitivity S (Eq. 16), worst-ranking MAE and direction error for each
-estimator, 95% question-level cluster-bootstrap CIs of paired differences, MAE
-by round (Table 10) and by controller × stopping (Table 7).
+Protocol, all fixed on tuning claims (train + dev) before a test outcome is seen:
+- test documents are removed from the tuning pools, so no document is shared (the paper's
+  separation; ``shared_documents = "keep"`` reports the leaky alternative, and both runs measure
+  the leakage through the text ridge's test correlation on shared vs other documents);
+- the searches' ranking strength, temperature, ε and stop-recommendation rule are calibrated to
+  the paper's Opened Mean (:mod:`draligned.cess.calibration`); adaptive stopping turns the
+  recommendation into a stop probability of 0.75 or 0.10;
+- the outcome model m is the paper's one constant per question (the tuning-set mean of θ*) or a
+  text ridge (``--outcome ridge``), used by every row that has an m;
+- α of the Opened Mean shrunk to the tuning mean and a tuned λ are chosen by tuning MAE.
+CESS is Eq. 13 with the paper's preselected λ = 0.5 (the headline row); the tuned λ is a second
+row. Test claims are only evaluated: Table 8 rows with MAE, RMSE, bias, S (Eq. 16), worst-ranking
+MAE and direction disagreement (±0.05), paired 95% question-level bootstrap CIs of CESS against
+every other row, MAE by round (Table 10) and by controller × stopping (Table 7).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -20,129 +27,56 @@ import numpy as np
 from pydantic import Field
 
 from draligned.cess.batch import TrajectoryBatch
-from draligned.cess.estimators import (
-    opened_mean,
-    sequential_dr,
-    sequential_ipw,
-    weight_diagnostics,
-)
-from draligned.cess.metrics import (
-    BOOTSTRAP_SEED,
-    ConfidenceInterval,
-    bootstrap_ci,
-    mae,
-    per_question_abs_error,
-    per_question_direction_error,
-    per_question_sensitivity,
-    rmse,
-    within_question_bias,
-    worst_ranking_mae,
-)
+from draligned.cess.bench_tables import EvaluationTables, evaluate
+from draligned.cess.calibration import STOP_RULES, Calibration, calibrate, settings_at
+from draligned.cess.metrics import BOOTSTRAP_SEED
 from draligned.cess.outcome import ConstantModel, CrossFit, cross_fit_ridge
-from draligned.cess.perspectrum import PerspectrumClaim, PerspectrumData
-from draligned.cess.searches import SearchSettings, run_searches
-from draligned.cess.tuning import Variant, cess_variant, tune_lambda
+from draligned.cess.perspectrum import (
+    PerspectrumClaim,
+    PerspectrumData,
+    shared_document_ids,
+    without_shared_documents,
+)
+from draligned.cess.searches import SearchSettings, StopRule, run_searches
+from draligned.cess.tuning import Variant, tune_alpha, tune_lambda
 from draligned.records import Record
 
-REPORTED_ROUNDS = (1, 2, 4, 6, 8, 10)
-PAPER_LAMBDA = 0.5
-"""The preselected coefficient of the paper's ten-round analysis (Eq. 13)."""
+Outcome = Literal["mean", "ridge"]
 
 
 class BenchSettings(Record):
     """Benchmark settings; all fixed before test outcomes are seen."""
 
     search: SearchSettings = Field(default_factory=SearchSettings)
-    """How the non-LLM controllers search."""
-    outcome: Literal["ridge", "mean"] = "ridge"
-    """Outcome model m of DR and CESS: ridge on text, or the tuning-set mean (paper's ten-round choice)."""
+    """How the non-LLM controllers search (ranking fields replaced by the calibration when it runs)."""
+    calibrate: bool = True
+    """Calibrate ranking strength, temperature, ε and stop rule on tuning claims (else use ``search``)."""
+    stop_rules: list[StopRule] = Field(default_factory=lambda: list(STOP_RULES))
+    """Stop-recommendation rules the calibration may choose from."""
+    outcome: Outcome = "mean"
+    """Outcome model m of Outcome Regression, DR and CESS: the tuning-set mean (one constant, the
+    paper's ten-round choice) or a ridge on document text."""
+    shared_documents: Literal["drop", "keep"] = "drop"
+    """``drop``: test documents are removed from the tuning pools (no document shared); ``keep``: not."""
     variant: Variant = "clip_then_shrink"
     """CESS formula: Eq. 13 (paper's ten-round choice), Eq. 9 or Eq. 12."""
     n_resamples: int = 10_000
-    """Cluster-bootstrap resamples."""
+    """Question-level bootstrap resamples."""
     bootstrap_seed: int = BOOTSTRAP_SEED
-    """Cluster-bootstrap seed."""
+    """Bootstrap seed (the paper's)."""
 
 
-class MethodRow(Record):
-    """Test-set metrics of one estimator."""
+class Leakage(Record):
+    """How much the text ridge gains on test documents it may have seen in tuning pools."""
 
-    method: str
-    """Estimator name."""
-    mae: float
-    """MAE, within question then across questions."""
-    mae_ci: tuple[float, float]
-    """95% question-level cluster-bootstrap interval of the MAE."""
-    rmse: float
-    """RMSE, within question then across questions."""
-    bias: float
-    """Mean over questions of |within-question mean error|."""
-    sensitivity: float
-    """Ranking sensitivity S (Eq. 16)."""
-    sensitivity_ci: tuple[float, float]
-    """95% question-level cluster-bootstrap interval of S."""
-    worst_ranking_mae: float
-    """MAE under the less favourable ranking."""
-    direction_error: float
-    """Direction disagreement rate (±0.05 thresholds)."""
-
-
-class PairedRow(Record):
-    """A paired difference between two estimators with its cluster-bootstrap CI."""
-
-    comparison: str
-    """``A − B``."""
-    metric: str
-    """``mae``, ``sensitivity`` or ``direction_error``."""
-    difference: float
-    """Mean over questions of the per-question difference."""
-    lower: float
-    """2.5% bootstrap quantile."""
-    upper: float
-    """97.5% bootstrap quantile."""
-
-
-class BreakdownRow(Record):
-    """MAE of Opened Mean, raw DR (clipped) and CESS within one slice."""
-
-    slice: str
-    """Round number (budget k on the first k rounds) or controller/stopping configuration."""
-    opened_mean: float
-    """Opened Mean MAE."""
-    dr_clipped: float
-    """Π[raw sequential DR] MAE."""
-    cess: float
-    """CESS MAE."""
-
-
-class WeightSummary(Record):
-    """How much information the weights retain (appendix F)."""
-
-    median_ess: float
-    """Median Kish effective sample size."""
-    p05_ess: float
-    """5th percentile ESS."""
-    p95_max_weight: float
-    """95th percentile of the largest weight per run."""
-    min_p_times_s: float
-    """Smallest logged p_t s_t."""
-    share_dr_outside_range: float
-    """Share of runs whose raw DR falls outside [−1, 1]."""
-
-
-class EvaluationTables(Record):
-    """The test-set tables."""
-
-    methods: list[MethodRow]
-    """Table 8-style comparison."""
-    paired: list[PairedRow]
-    """Paired differences with 95% cluster-bootstrap CIs."""
-    by_round: list[BreakdownRow]
-    """Table 10-style MAE after each round."""
-    by_config: list[BreakdownRow]
-    """Table 7-style MAE per controller/stopping."""
-    weights: WeightSummary
-    """Weight diagnostics on the evaluation runs."""
+    shared_test_documents: int
+    """Test pool entries whose document also appears in a tuning pool of the release."""
+    test_documents: int
+    """All test pool entries."""
+    ridge_corr_shared: float | None
+    """Correlation of the ridge's prediction with Y on the shared test documents."""
+    ridge_corr_other: float | None
+    """The same on the other test documents."""
 
 
 class BenchReport(EvaluationTables):
@@ -151,7 +85,7 @@ class BenchReport(EvaluationTables):
     documents: str
     """Perspectives or evidence paragraphs."""
     n_tuning_claims: int
-    """Train + dev claims used for fitting."""
+    """Train + dev claims used for fitting (after removing shared documents)."""
     n_eval_claims: int
     """Test claims evaluated."""
     n_tuning_runs: int
@@ -159,13 +93,21 @@ class BenchReport(EvaluationTables):
     n_eval_runs: int
     """Evaluation trajectories."""
     settings: BenchSettings
-    """Settings used."""
+    """Settings as given."""
+    search: SearchSettings
+    """Search settings used (after calibration)."""
+    calibration: Calibration | None
+    """The calibration search and its choice (None when ``calibrate`` is off)."""
+    leakage: Leakage
+    """Shared documents and the ridge's gain on them."""
     tuning_mean: float
-    """Mean θ* over tuning claims."""
+    """Mean θ* over tuning claims (the Tuning-set Mean and, with ``outcome = mean``, m)."""
     ridge_alpha: float
     """Cross-validated ridge penalty."""
+    alpha: float
+    """α of the Opened Mean shrunk to the tuning mean, chosen on tuning searches."""
     lam: float
-    """λ chosen on tuning searches."""
+    """λ chosen on tuning searches (the tuned-λ CESS row)."""
     seconds: float
     """Wall time."""
 
@@ -210,10 +152,16 @@ class Tuned:
     constant: ConstantModel
     ridge: CrossFit
     lam: float
+    alpha: float
+
+    def predictions(self, claims: Sequence[PerspectrumClaim], outcome: Outcome) -> dict[int, np.ndarray]:
+        """m per document of each (test) claim under the chosen outcome model."""
+        model = self.ridge.model if outcome == "ridge" else self.constant
+        return {c.claim_id: model.predict(_texts(c)) for c in claims}
 
 
 def tune(claims: Sequence[PerspectrumClaim], runs: Runs, settings: BenchSettings) -> Tuned:
-    """Fit the outcome models and λ on tuning claims and their searches only."""
+    """Fit the outcome models, λ and α on tuning claims and their searches only."""
     constant = ConstantModel.fit([c.theta_star for c in claims])
     ridge = cross_fit_ridge(
         [t for c in claims for t in _texts(c)],
@@ -225,124 +173,56 @@ def tune(claims: Sequence[PerspectrumClaim], runs: Runs, settings: BenchSettings
         by_claim = dict(zip((c.claim_id for c in claims), np.split(ridge.out_of_fold, splits), strict=True))
     else:
         by_claim = {c.claim_id: constant.predict(_texts(c)) for c in claims}
-    fit = tune_lambda(runs.with_predictions(by_claim), runs.question, settings.variant)
-    return Tuned(constant=constant, ridge=ridge, lam=fit.lam)
+    lam = tune_lambda(runs.with_predictions(by_claim), runs.question, settings.variant).lam
+    alpha = tune_alpha(runs.batch, runs.question, constant.value).lam
+    return Tuned(constant=constant, ridge=ridge, lam=lam, alpha=alpha)
 
 
-def _per_question(est: np.ndarray, runs: Runs, target: np.ndarray) -> dict[str, np.ndarray]:
-    return {
-        "mae": per_question_abs_error(est, target, runs.question),
-        "sensitivity": per_question_sensitivity(est, runs.question, runs.config, runs.ranking),
-        "direction_error": per_question_direction_error(est, target, runs.question),
-    }
+def _corr(x: np.ndarray, y: np.ndarray) -> float | None:
+    return float(np.corrcoef(x, y)[0, 1]) if len(x) > 2 and x.std() > 0 and y.std() > 0 else None
 
 
-def _breakdown(
-    name: str,
-    target: np.ndarray,
-    question: np.ndarray,
-    batch: TrajectoryBatch,
-    cess: Callable[[TrajectoryBatch], np.ndarray],
-) -> BreakdownRow:
-    return BreakdownRow(
-        slice=name,
-        opened_mean=mae(opened_mean(batch), target, question),
-        dr_clipped=mae(np.clip(sequential_dr(batch), -1, 1), target, question),
-        cess=mae(cess(batch), target, question),
-    )
-
-
-def evaluate(
-    claims: Sequence[PerspectrumClaim], runs: Runs, tuned: Tuned, settings: BenchSettings
-) -> EvaluationTables:
-    """All test-set tables for fixed tuned settings."""
-    ridge_batch = runs.with_predictions({c.claim_id: tuned.ridge.model.predict(_texts(c)) for c in claims})
-    constant = {c.claim_id: tuned.constant.predict(_texts(c)) for c in claims}
-    batch = ridge_batch if settings.outcome == "ridge" else runs.with_predictions(constant)
-    target, q = batch.theta_star, runs.question
-
-    def cess(b: TrajectoryBatch) -> np.ndarray:
-        return cess_variant(b, tuned.lam, settings.variant)
-
-    estimates = {
-        "Tuning-set Mean": np.full(len(target), tuned.constant.value),
-        "Outcome Regression": ridge_batch.mbar,
-        "Opened Mean": opened_mean(batch),
-        "Sequential IPW": sequential_ipw(batch),
-        "Sequential DR": sequential_dr(batch),
-        "CESS": cess(batch),
-        f"CESS (lambda={PAPER_LAMBDA})": cess_variant(batch, PAPER_LAMBDA, settings.variant),
-    }
-    per_q = {name: _per_question(est, runs, target) for name, est in estimates.items()}
-
-    def ci(values: np.ndarray) -> ConfidenceInterval:
-        return bootstrap_ci(values, n_resamples=settings.n_resamples, seed=settings.bootstrap_seed)
-
-    methods = []
-    for name, est in estimates.items():
-        mae_ci, s_ci = ci(per_q[name]["mae"]), ci(per_q[name]["sensitivity"])
-        methods.append(
-            MethodRow(
-                method=name,
-                mae=mae_ci.estimate,
-                mae_ci=(mae_ci.lower, mae_ci.upper),
-                rmse=rmse(est, target, q),
-                bias=within_question_bias(est, target, q),
-                sensitivity=s_ci.estimate,
-                sensitivity_ci=(s_ci.lower, s_ci.upper),
-                worst_ranking_mae=worst_ranking_mae(est, target, q, runs.ranking),
-                direction_error=float(per_q[name]["direction_error"].mean()),
-            )
-        )
-    paired = []
-    for other in ("Opened Mean", "Sequential DR"):
-        for metric in ("mae", "sensitivity", "direction_error"):
-            diff = ci(per_q["CESS"][metric] - per_q[other][metric])
-            paired.append(
-                PairedRow(
-                    comparison=f"CESS - {other}",
-                    metric=metric,
-                    difference=diff.estimate,
-                    lower=diff.lower,
-                    upper=diff.upper,
-                )
-            )
-    budget = settings.search.budget
-    by_round = [_breakdown(str(k), target, q, batch.prefix(k), cess) for k in REPORTED_ROUNDS if k <= budget]
-    by_config = [
-        _breakdown(str(c), target[runs.config == c], q[runs.config == c], batch.take(runs.config == c), cess)
-        for c in np.unique(runs.config)
-    ]
-    diag = weight_diagnostics(batch)
-    weights = WeightSummary(
-        median_ess=float(np.median(diag.ess)),
-        p05_ess=float(np.quantile(diag.ess, 0.05)),
-        p95_max_weight=float(np.quantile(diag.max_weight, 0.95)),
-        min_p_times_s=float((batch.p * batch.reach)[batch.mask].min()),
-        share_dr_outside_range=float((np.abs(estimates["Sequential DR"]) > 1).mean()),
-    )
-    return EvaluationTables(
-        methods=methods, paired=paired, by_round=by_round, by_config=by_config, weights=weights
-    )
+def leakage(original: PerspectrumData, evaluation: Sequence[PerspectrumClaim], ridge: CrossFit) -> Leakage:
+    """The ridge's test correlation on documents shared with the release's tuning pools vs the rest."""
+    shared = shared_document_ids(original)
+    docs = [d for c in evaluation for d in c.pool.documents]
+    is_shared = np.array([d.id in shared for d in docs])
+    pred = ridge.model.predict([d.text for d in docs])
+    y = np.array([d.score for d in docs], float)
+    return Leakage(shared_test_documents=int(is_shared.sum()), test_documents=len(docs),
+                   ridge_corr_shared=_corr(pred[is_shared], y[is_shared]),
+                   ridge_corr_other=_corr(pred[~is_shared], y[~is_shared]))
 
 
 def run_bench(data: PerspectrumData, settings: BenchSettings | None = None) -> BenchReport:
-    """Search tuning and test claims, fit on tuning, evaluate on test."""
+    """Separate, calibrate and fit on tuning claims, then search and evaluate the test claims."""
     settings = settings or BenchSettings()
     start = time.perf_counter()
-    tuning_runs = Runs.search(data.tuning, settings.search)
-    tuned = tune(data.tuning, tuning_runs, settings)
-    eval_runs = Runs.search(data.evaluation, settings.search)
-    tables = evaluate(data.evaluation, eval_runs, tuned, settings)
+    split = without_shared_documents(data) if settings.shared_documents == "drop" else data
+    if not split.tuning or not split.evaluation:
+        raise ValueError("no eligible tuning or test claims (after removing shared documents from tuning pools)")
+    calibration = calibrate(split.tuning, settings.search, settings.stop_rules) if settings.calibrate else None
+    search = settings_at(settings.search, calibration.chosen) if calibration else settings.search
+    tuning_runs = Runs.search(split.tuning, search)
+    tuned = tune(split.tuning, tuning_runs, settings)
+    eval_runs = Runs.search(split.evaluation, search)
+    tables = evaluate(
+        eval_runs.with_predictions(tuned.predictions(split.evaluation, settings.outcome)),
+        eval_runs.question, eval_runs.config, eval_runs.ranking, tuned.constant.value, tuned.alpha, tuned.lam,
+        settings.variant, settings.n_resamples, settings.bootstrap_seed)
     return BenchReport(
         documents=data.documents,
-        n_tuning_claims=len(data.tuning),
-        n_eval_claims=len(data.evaluation),
+        n_tuning_claims=len(split.tuning),
+        n_eval_claims=len(split.evaluation),
         n_tuning_runs=len(tuning_runs.question),
         n_eval_runs=len(eval_runs.question),
         settings=settings,
+        search=search,
+        calibration=calibration,
+        leakage=leakage(data, split.evaluation, tuned.ridge),
         tuning_mean=tuned.constant.value,
         ridge_alpha=tuned.ridge.alpha,
+        alpha=tuned.alpha,
         lam=tuned.lam,
         **dict(tables),
         seconds=time.perf_counter() - start,

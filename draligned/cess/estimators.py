@@ -4,7 +4,8 @@ All follow the CESS paper (section 3, appendix A.2): Opened Mean, Outcome
 Regression m̄, sequential IPW (m ≡ 0), sequential DR raw (Eq. 6, always / K),
 CESS shrink-then-clip (Eq. 9), clip-then-shrink (Eq. 13), the Opened-Mean
 anchored variant (Eq. 12), weight diagnostics, and the support interval
-(Eq. 10) that replaces the point estimates when part of the pool is unreachable.
+(Eq. 10) that replaces the point estimates when some document has probability 0
+in some round (Assumption 1 fails).
 """
 
 from __future__ import annotations
@@ -102,42 +103,47 @@ def weight_diagnostics(batch: TrajectoryBatch) -> WeightDiagnostics:
 
 @dataclass(frozen=True)
 class SupportBounds:
-    """Eq. 10 per trajectory: θ* ∈ [(1−ρ)θ+ + ρL, (1−ρ)θ+ + ρU]."""
+    """Eq. 10 per trajectory, with θ+ bounded by what the trajectory identifies.
+
+    Applies when Assumption 1 fails on the logged history: some document had probability 0 in
+    some observed round. The sequential correction is then not design-unbiased (a round with
+    support S_t ⊊ D estimates the residual mean over S_t only), so no point estimate is given.
+    The opened documents' Y are known; every other document's Y is only known to lie in [L, U]:
+    θ* ∈ [(Σ_opened Y + (N − n_opened) L) / N, (Σ_opened Y + (N − n_opened) U) / N].
+    When every document of D+ was opened (deterministic selection), θ+ is known exactly and this
+    is Eq. 10 with width ρ(U − L). Otherwise it is Eq. 10 widened by (|D+| − n_opened)(U − L) / N:
+    the reachable but unopened documents are treated as inaccessible (conservative), since a
+    design estimate of their mean need not cover on a given trajectory. Coverage holds for every
+    trajectory whose scores lie in [L, U].
+    """
 
     applies: np.ndarray
-    """(B,) True when some document had zero probability in every logged round (ρ > 0)."""
+    """(B,) True when some document had probability 0 in some observed round."""
     rho: np.ndarray
-    """(B,) inaccessible target mass ρ = 1 − |D+| / N."""
+    """(B,) inaccessible target mass ρ = 1 − |D+| / N (D+: positive probability in some observed round)."""
     n_reachable: np.ndarray
-    """(B,) |D+|, documents with positive probability in at least one logged round."""
-    theta_plus: np.ndarray
-    """(B,) estimate of the mean over D+ by the sequential correction restricted to D+, clipped to [L, U]."""
+    """(B,) |D+|, documents with positive probability in at least one observed round."""
+    n_opened: np.ndarray
+    """(B,) distinct documents opened, whose Y is known."""
     lower: np.ndarray
-    """(B,) lower bound (1−ρ)θ+ + ρL."""
+    """(B,) lower bound (Σ_opened Y + (N − n_opened) L) / N."""
     upper: np.ndarray
-    """(B,) upper bound (1−ρ)θ+ + ρU."""
+    """(B,) upper bound (Σ_opened Y + (N − n_opened) U) / N."""
 
 
 def support_interval(batch: TrajectoryBatch, bounds: tuple[float, float] = SCORE_RANGE) -> SupportBounds:
-    """Support interval (Eq. 10) with θ+ from Eq. 6 restricted to D+.
-
-    On D+ the pool size N becomes |D+| and m̄ the mean prediction over D+.
-    Documents outside D+ have probability 0 in every logged round, so each
-    round's probabilities renormalised over D+ equal the logged p_t.
-    """
-    reachable = batch.reachable
-    n_plus = reachable.sum(axis=1)
-    mbar_plus = np.where(reachable, batch.doc_m, 0.0).sum(axis=1) / n_plus
-    w = importance_weights(batch, n_docs=n_plus)
-    theta_plus = clip(mbar_plus + (w * (batch.y - batch.m)).sum(axis=1) / batch.budget, bounds)
-    rho = 1.0 - n_plus / batch.n_docs
+    """The support interval (Eq. 10) from the opened documents' scores (see :class:`SupportBounds`)."""
+    n = batch.n_docs.astype(float)
+    n_plus = batch.reachable.sum(axis=1)
+    n_opened = batch.opened.sum(axis=1)
+    known, unknown = batch.opened_y_sum, n - n_opened
     return SupportBounds(
-        applies=rho > 0,
-        rho=rho,
+        applies=batch.round_varying_support,
+        rho=1.0 - n_plus / n,
         n_reachable=n_plus,
-        theta_plus=theta_plus,
-        lower=(1 - rho) * theta_plus + rho * bounds[0],
-        upper=(1 - rho) * theta_plus + rho * bounds[1],
+        n_opened=n_opened,
+        lower=(known + unknown * bounds[0]) / n,
+        upper=(known + unknown * bounds[1]) / n,
     )
 
 
@@ -232,7 +238,7 @@ class TrajectoryEstimate(PoolEstimates, _TrajectoryIdentity):
     """
 
     support_interval: tuple[float, float] | None
-    """[lower, upper] of Eq. 10 when some documents had zero probability throughout, else None."""
+    """[lower, upper] of Eq. 10 when some document had probability 0 in some round, else None."""
 
 
 def trajectory_estimates(trajectories: Sequence[Trajectory], lam: float) -> list[TrajectoryEstimate]:

@@ -167,3 +167,24 @@ def bootstrap_ci(
     boot = bootstrap_means(per_question_values, n_resamples, seed)
     lower, upper = np.quantile(boot, [(1 - level) / 2, (1 + level) / 2])
     return ConfidenceInterval(float(np.mean(per_question_values)), float(lower), float(upper))
+
+
+def cluster_means(values: np.ndarray, clusters: np.ndarray) -> np.ndarray:
+    """Mean within each cluster (sorted cluster order): every unit of a cluster weighs the same."""
+    return per_question(np.asarray(values, float), np.asarray(clusters))
+
+
+def cluster_ci(
+    values: np.ndarray,
+    clusters: np.ndarray,
+    level: float = 0.95,
+    n_resamples: int = 10_000,
+    seed: int = BOOTSTRAP_SEED,
+) -> ConfidenceInterval:
+    """Mean within cluster, then equally across clusters, with a percentile bootstrap of whole clusters.
+
+    The one within-cluster weighting of the project (the paper's: average within a question, then
+    give every question equal weight); `draligned cess pairs` and the report both use it.
+    """
+    return bootstrap_ci(cluster_means(values, clusters), level, n_resamples, seed)
+

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from draligned.cess.archive_runs import CessRun
-from draligned.cess.metrics import bootstrap_ci, intervention_effects
+from draligned.cess.metrics import cluster_ci, intervention_effects
 from draligned.records import FINISHED, Record
 
 CELLS = {("uniform", "fixed"): "00", ("agent", "fixed"): "10", ("uniform", "adaptive"): "01",
@@ -176,10 +176,8 @@ def pair_rows(runs: Sequence[CessRun]) -> list[PairRow]:
 
 
 def card_interval(cards: Sequence[str], values: Sequence[float], n_resamples: int) -> Interval:
-    """Mean within card, then across cards, with a card-level cluster-bootstrap CI."""
-    labels = np.asarray(cards)
-    per_card = np.array([np.mean(np.asarray(values)[labels == c]) for c in np.unique(labels)])
-    ci = bootstrap_ci(per_card, n_resamples=n_resamples)
+    """Mean within card, then across cards, with a card-level cluster-bootstrap CI (metrics.cluster_ci)."""
+    ci = cluster_ci(np.asarray(values, float), np.asarray(cards), n_resamples=n_resamples)
     return Interval(estimate=ci.estimate, lower=ci.lower, upper=ci.upper)
 
 

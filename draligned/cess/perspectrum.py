@@ -6,7 +6,10 @@ cluster and −1 for UNDERMINE, averaged over clusters when a perspective is in
 several. If ``evidence_pool_v1.0.json`` is present the documents can instead be
 the evidence paragraphs linked to the clusters, Y averaged over links (Eq. 11).
 Claims with at least ``min_docs`` documents and both signs are kept; train+dev
-claims are tuning tasks, test claims are evaluation tasks.
+claims are tuning tasks, test claims are evaluation tasks. The release shares
+documents between splits (a perspective can belong to a train and a test claim);
+:func:`without_shared_documents` removes them from the tuning pools, so that, as in
+the paper, no document is shared between tuning and test.
 """
 
 from __future__ import annotations
@@ -79,6 +82,28 @@ def _links(claim: dict, key: str) -> dict[int, list[float]]:
     return links
 
 
+def _eligible(docs: list[PoolDocument], min_docs: int) -> bool:
+    scores = np.array([d.score for d in docs])
+    return len(docs) >= min_docs and bool((scores > 0).any()) and bool((scores < 0).any())
+
+
+def shared_document_ids(data: PerspectrumData) -> set[str]:
+    """Ids of test documents that also appear in some tuning pool."""
+    tuning = {d.id for c in data.tuning for d in c.pool.documents}
+    return {d.id for c in data.evaluation for d in c.pool.documents} & tuning
+
+
+def without_shared_documents(data: PerspectrumData, min_docs: int = 10) -> PerspectrumData:
+    """The data with every test document removed from the tuning pools (claims re-checked for eligibility)."""
+    shared = shared_document_ids(data)
+    tuning = []
+    for claim in data.tuning:
+        docs = [d for d in claim.pool.documents if d.id not in shared]
+        if _eligible(docs, min_docs):
+            tuning.append(claim.model_copy(update={"pool": CandidatePool(documents=docs)}))
+    return data.model_copy(update={"tuning": tuning})
+
+
 def load_perspectrum(
     data_dir: str | Path, min_docs: int = 10, documents: Documents = "auto"
 ) -> PerspectrumData:
@@ -105,8 +130,7 @@ def load_perspectrum(
             PoolDocument(id=f"{prefix}{i}", text=texts[i], score=float(np.mean(links[i])))
             for i in sorted(links)
         ]
-        scores = np.array([d.score for d in docs])
-        if len(docs) < min_docs or not (scores > 0).any() or not (scores < 0).any() or cid not in splits:
+        if not _eligible(docs, min_docs) or cid not in splits:
             continue
         item = PerspectrumClaim(
             claim_id=cid, text=claim["text"], split=splits[cid], pool=CandidatePool(documents=docs)

@@ -3,8 +3,10 @@
 Two controllers (TF-IDF relevance, and MMR for diversity) search each claim's
 pool with query drift — the query is the claim plus the documents just read —
 under supporting-first and opposing-first rankings and fixed or adaptive
-stopping. Under adaptive stopping the searcher wishes to stop once the evidence
-read looks one-sided, and the controller samples that wish (0.75 / 0.10).
+stopping. Under adaptive stopping the searcher recommends stopping by a rule
+(``one_sided``: the evidence read looks one-sided; ``both_sides``: both sides
+have been read), and the controller turns the recommendation into a stop
+probability of 0.75 or 0.10 and samples it (paper appendix F).
 Both rankings of a (claim, controller, stopping, seed) cell share one pair seed,
 so their uniform draws are common random numbers.
 """
@@ -24,6 +26,7 @@ from draligned.cess.trajectory import Ranking, Trajectory
 from draligned.records import Record
 
 Stopping = Literal["fixed", "adaptive"]
+StopRule = Literal["one_sided", "both_sides"]
 CONTROLLERS = ("tfidf", "mmr")
 STOPPING: tuple[Stopping, Stopping] = ("fixed", "adaptive")
 RANKINGS: tuple[Ranking, Ranking] = ("pro", "anti")
@@ -48,8 +51,20 @@ class SearchSettings(Record):
     """Relevance weight of the MMR controller."""
     drift_docs: int = 2
     """The query is the claim plus the texts of this many most recent documents read."""
+    stop_rule: StopRule = "one_sided"
+    """Adaptive stopping recommendation (≥ 2 documents read): ``one_sided`` once |mean Y read| ≥
+    ``stop_wish_threshold``; ``both_sides`` once a supporting and an opposing document were read."""
     stop_wish_threshold: float = 0.5
-    """Adaptive stopping: wish to stop once ≥ 2 documents are read and |mean Y read| ≥ this."""
+    """Threshold of the ``one_sided`` rule."""
+
+
+def wish_stop(y_read: np.ndarray, settings: SearchSettings) -> bool:
+    """The searcher's stop recommendation from the scores of the documents read so far."""
+    if len(y_read) < 2:
+        return False
+    if settings.stop_rule == "both_sides":
+        return bool((y_read > 0).any() and (y_read < 0).any())
+    return abs(float(y_read.mean())) >= settings.stop_wish_threshold
 
 
 @dataclass(frozen=True)
@@ -93,8 +108,7 @@ def search_claim(
     read: list[int] = []
     query = claim.text
     while not controller.done:
-        wish_stop = len(read) >= 2 and abs(float(y[read].mean())) >= settings.stop_wish_threshold
-        record = controller.step(query, wish_stop=wish_stop)
+        record = controller.step(query, wish_stop=wish_stop(y[read], settings))
         if record is None:
             break
         read.append(record.chosen_index)

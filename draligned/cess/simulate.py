@@ -121,6 +121,7 @@ def run_search(
     counts = np.zeros((*shape, n))
     active = np.ones(shape, bool)
     first_support = np.full((*shape, n), budget)
+    full_support = np.ones((*shape, budget), bool)
     chosen = np.zeros((*shape, budget), int)
     p_chosen, stop = np.ones((*shape, budget)), np.zeros((*shape, budget))
     y_chosen, mask = np.zeros((*shape, budget)), np.zeros((*shape, budget), bool)
@@ -138,6 +139,7 @@ def run_search(
         y_chosen[..., t] = np.where(active, pools.y[pool_rows, j], 0.0)
         newly = active[..., None] & (probs > 0) & (first_support == budget)
         first_support[newly] = t
+        full_support[..., t] = (probs > 0).all(axis=-1)
         counts += active[..., None] * (np.arange(n) == j[..., None])
         x_open = pools.x[pool_rows, j]
         query = np.where(active[..., None], (1 - policy.drift) * query + policy.drift * x_open, query)
@@ -160,4 +162,5 @@ def run_search(
         doc_y=per_run(pools.y),
         doc_mask=np.ones((rows, n), bool),
         first_support=flat(first_support),
+        full_support=flat(full_support),
     )

@@ -181,7 +181,7 @@ def _reject_constant(name: str) -> float:
 
 
 def _check_semantics(traj: Trajectory, line: int) -> None:
-    """Rules the schema cannot express: lengths, sums, membership, positivity, T ≤ K, Y known."""
+    """Rules the schema cannot express: lengths, sums, membership, positivity, T ≤ K, c_1 = 0, Y known."""
     n = len(traj.pool.doc_ids)
     for name in ("y", "m"):
         values = getattr(traj.pool, name)
@@ -192,6 +192,12 @@ def _check_semantics(traj: Trajectory, line: int) -> None:
     if len(traj.rounds) > traj.budget:
         raise TrajectoryError(
             line, "rounds", f"T={len(traj.rounds)} rounds exceed the budget K={traj.budget}"
+        )
+    if traj.rounds and traj.rounds[0].stop_prob != 0.0:
+        raise TrajectoryError(
+            line,
+            "rounds[0].stop_prob",
+            f"is {traj.rounds[0].stop_prob!r}, but c_1 = 0 (Eq. 5: round 1 is always reached)",
         )
     index = {doc: i for i, doc in enumerate(traj.pool.doc_ids)}
     pool_y = traj.pool.y or [None] * n

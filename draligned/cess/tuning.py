@@ -1,7 +1,8 @@
-"""Choosing the CESS shrinkage coefficient λ on tuning tasks only (CESS paper, section 3.3, appendix F).
+"""Coefficients chosen on tuning tasks only (CESS paper, section 3.3, appendix F).
 
-λ is the grid value 0, 0.05, ..., 1 with the smallest MAE (within question,
-then across questions) on the tuning batch; evaluation outcomes never enter.
+λ of CESS and α of the Opened Mean shrunk to the tuning mean are the grid values
+0, 0.05, ..., 1 with the smallest MAE (within question, then across questions)
+on the tuning batch; evaluation outcomes never enter.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from draligned.cess.estimators import (
     cess_clip_then_shrink,
     cess_opened_anchor,
     cess_shrink_then_clip,
+    clip,
     opened_mean,
     sequential_dr,
 )
@@ -29,7 +31,7 @@ Variant = Literal["shrink_then_clip", "clip_then_shrink", "opened_anchor"]
 
 @dataclass(frozen=True)
 class LambdaFit:
-    """The chosen λ and the tuning MAE of every grid value."""
+    """The chosen coefficient (λ or α) and the tuning MAE of every grid value."""
 
     lam: float
     grid: np.ndarray
@@ -54,4 +56,22 @@ def tune_lambda(
     if np.isnan(target).any():
         raise ValueError("tuning trajectories need complete pool scores to compute θ*")
     errors = np.array([mae(cess_variant(tuning, float(lam), variant), target, question) for lam in grid])
+    return LambdaFit(lam=float(grid[int(np.argmin(errors))]), grid=grid, mae=errors)
+
+
+ALPHA_GRID = LAMBDA_GRID
+"""α grid of the shrink-to-tuning-mean baseline: 0, 0.05, ..., 1 (appendix F)."""
+
+
+def shrink_to_tuning_mean(opened: np.ndarray, tuning_mean: float, alpha: float) -> np.ndarray:
+    """Opened Mean shrunk to the tuning mean a (appendix F): Π[o + α (a − o)]."""
+    return clip(opened + alpha * (tuning_mean - opened))
+
+
+def tune_alpha(
+    tuning: TrajectoryBatch, question: np.ndarray, tuning_mean: float, grid: np.ndarray = ALPHA_GRID
+) -> LambdaFit:
+    """Grid-search α by MAE against θ* averaged equally over tuning questions (ties → smallest α)."""
+    opened, target = opened_mean(tuning), tuning.theta_star
+    errors = np.array([mae(shrink_to_tuning_mean(opened, tuning_mean, float(a)), target, question) for a in grid])
     return LambdaFit(lam=float(grid[int(np.argmin(errors))]), grid=grid, mae=errors)

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from draligned.cess.bench import BenchReport, BenchSettings, run_bench
+from draligned.cess.calibration import STOP_RULES
 from draligned.cess.estimators import TrajectoryEstimate, trajectory_estimates
 from draligned.cess.experiments import SimulationReport, simulate
 from draligned.cess.perspectrum import load_perspectrum
@@ -157,24 +158,16 @@ def _run_simulate(args: argparse.Namespace) -> int:
 def bench_text(report: BenchReport) -> str:
     """The PERSPECTRUM benchmark as readable tables."""
     methods = _table(
-        ("method", "MAE", "MAE 95% CI", "RMSE", "bias", "S", "S 95% CI", "worst MAE", "dir. err"),
+        ("method", "MAE", "MAE 95% CI", "RMSE", "bias", "S", "S 95% CI", "worst MAE", "dir. dis.",
+         "dir. 95% CI"),
         [
-            (
-                m.method,
-                m.mae,
-                _interval(m.mae_ci),
-                m.rmse,
-                m.bias,
-                m.sensitivity,
-                _interval(m.sensitivity_ci),
-                m.worst_ranking_mae,
-                m.direction_error,
-            )
+            (m.method, m.mae, _interval(m.mae_ci), m.rmse, m.bias, m.sensitivity, _interval(m.sensitivity_ci),
+             m.worst_ranking_mae, m.direction_error, _interval(m.direction_error_ci))
             for m in report.methods
         ],
     )
     paired = _table(
-        ("comparison", "metric", "difference", "95% CI low", "95% CI high"),
+        ("comparison (A - B)", "metric", "difference", "95% CI low", "95% CI high"),
         [(p.comparison, p.metric, p.difference, p.lower, p.upper) for p in report.paired],
     )
     by_round = _table(
@@ -185,18 +178,27 @@ def bench_text(report: BenchReport) -> str:
         ("controller/stopping", "Opened Mean", "DR (clipped)", "CESS"),
         [(r.slice, r.opened_mean, r.dr_clipped, r.cess) for r in report.by_config],
     )
-    w = report.weights
+    w, lk, s = report.weights, report.leakage, report.search
+    cal = report.calibration
+    calibrated = (
+        "not calibrated (settings as given)" if cal is None else
+        f"calibrated on {cal.claims} tuning claims ({len(cal.points)} grid points, {cal.runs_per_point} runs each) "
+        f"to the paper's Opened Mean (MAE {cal.target_mae}, S {cal.target_s}): got MAE "
+        f"{cal.chosen.opened_mean_mae:.4f}, S {cal.chosen.opened_mean_s:.4f}")
     return "\n".join(
         [
             f"PERSPECTRUM ({report.documents}): {report.n_tuning_claims} tuning claims "
-            f"({report.n_tuning_runs} runs), "
-            f"{report.n_eval_claims} test claims ({report.n_eval_runs} runs)",
-            f"tuning mean {report.tuning_mean:.4f}; ridge alpha {report.ridge_alpha:g}; "
-            f"lambda {report.lam:g} "
-            f"({report.settings.variant}, m = {report.settings.outcome})",
+            f"({report.n_tuning_runs} runs), {report.n_eval_claims} test claims ({report.n_eval_runs} runs); "
+            f"shared documents: {report.settings.shared_documents} ({lk.shared_test_documents} of "
+            f"{lk.test_documents} test documents are in the release's tuning pools; ridge test corr "
+            f"{_num(lk.ridge_corr_shared)} on them, {_num(lk.ridge_corr_other)} on the rest)",
+            f"search: tilt {s.ranking_strength:g}, temperature {s.temperature:g}, epsilon {s.epsilon:g}, "
+            f"stop rule {s.stop_rule} (0.75 / 0.10), K = {s.budget}, {s.seeds} seeds; {calibrated}",
+            f"tuning mean {report.tuning_mean:.4f}; alpha {report.alpha:g}; ridge penalty {report.ridge_alpha:g}; "
+            f"CESS lambda 0.5 (tuned lambda {report.lam:g}); {report.settings.variant}, m = {report.settings.outcome}",
             methods,
             "",
-            "Paired differences (question-level cluster bootstrap)",
+            "Paired differences A - B (question-level bootstrap)",
             paired,
             "",
             "MAE after each round",
@@ -213,6 +215,35 @@ def bench_text(report: BenchReport) -> str:
     )
 
 
+def _num(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
+def add_bench_options(pp: argparse.ArgumentParser) -> None:
+    """Options of the protocol shared by `cess bench perspectrum` and benchmarks/cess_perspectrum.py."""
+    pp.add_argument("--seeds", type=_positive_int, default=3, help="paired replicates per design cell (3)")
+    pp.add_argument("--budget", type=_positive_int, default=10, help="maximum rounds K (10)")
+    pp.add_argument("--outcome", choices=("mean", "ridge"), default="mean",
+                    help="outcome model m of every row: tuning-set mean (paper, default) or text ridge")
+    pp.add_argument("--stop-rule", choices=STOP_RULES, default=None,
+                    help="stop-recommendation rule (default: chosen by the calibration)")
+    pp.add_argument("--shared", choices=("drop", "keep"), default="drop",
+                    help="test documents in tuning pools: drop them there (default) or keep them")
+    pp.add_argument("--no-calibrate", action="store_true",
+                    help="use the search settings' defaults instead of calibrating on tuning claims")
+
+
+def bench_settings(args: argparse.Namespace) -> BenchSettings:
+    """BenchSettings from the options of :func:`add_bench_options` (and ``--variant``/``--resamples``)."""
+    rule = {"stop_rule": args.stop_rule} if args.stop_rule else {}
+    search = SearchSettings(seeds=args.seeds, budget=args.budget, **rule)
+    return BenchSettings(
+        search=search, calibrate=not args.no_calibrate,
+        stop_rules=[args.stop_rule] if args.stop_rule else list(STOP_RULES), outcome=args.outcome,
+        shared_documents=args.shared, variant=getattr(args, "variant", "clip_then_shrink"),
+        n_resamples=getattr(args, "resamples", 10_000))
+
+
 def _run_bench_perspectrum(args: argparse.Namespace) -> int:
     try:
         data = load_perspectrum(args.data, min_docs=args.min_docs, documents=args.documents)
@@ -225,13 +256,11 @@ def _run_bench_perspectrum(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    settings = BenchSettings(
-        search=SearchSettings(seeds=args.seeds, budget=args.budget),
-        outcome=args.outcome,
-        variant=args.variant,
-        n_resamples=args.resamples,
-    )
-    report = run_bench(data, settings)
+    try:
+        report = run_bench(data, bench_settings(args))
+    except ValueError as exc:
+        print(f"error: {args.data}: {exc}", file=sys.stderr)
+        return 2
     print(report.model_dump_json() if args.json else bench_text(report))
     return 0
 
@@ -267,11 +296,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     pp = benches.add_parser("perspectrum", help="PERSPECTRUM v1.0 with non-LLM controllers")
     pp.add_argument("--data", type=Path, required=True, help="directory of the PERSPECTRUM v1.0 release")
     pp.add_argument("--json", action="store_true", help="print one JSON object")
-    pp.add_argument("--seeds", type=_positive_int, default=3, help="paired replicates per design cell (3)")
-    pp.add_argument("--budget", type=_positive_int, default=10, help="maximum rounds K (10)")
-    pp.add_argument(
-        "--outcome", choices=("ridge", "mean"), default="ridge", help="outcome model m for DR/CESS"
-    )
+    add_bench_options(pp)
     pp.add_argument(
         "--variant",
         choices=("clip_then_shrink", "shrink_then_clip", "opened_anchor"),

@@ -17,7 +17,8 @@ ESTIMANDS_NOTE = (
     "Two different estimands (CESS paper, Theorem 2): dOpened = P - Q Opened Mean is a paired\n"
     "intervention effect (how the user condition changed the evidence opened); dCESS = P - Q CESS\n"
     "compares two estimates of the SAME pool target, near zero by design, and is not an effect.\n"
-    "Y: +1 = the card's P endpoint side for every run. CIs: 95% cluster bootstrap over cards."
+    "Y: +1 = the card's P endpoint side for every run. Cluster: the card (question); pairs and blocks are\n"
+    "averaged within card, then cards weigh equally; CIs: 95% bootstrap of whole cards (as in the report)."
 )
 
 
@@ -39,15 +40,15 @@ def pairs_text(report: PairsReport) -> str:
     """The per-cell P/Q summary and, when all four cells ran, the 2×2 intervention effects."""
     parts = [ESTIMANDS_NOTE, "",
              "P/Q pairs (same card, model, harness, seed and search cell)",
-             _table(("selection/stopping/ranking", "pairs", "cards", "dOpened (effect) [95% CI]",
-                     "dCESS (same target) [95% CI]"),
+             _table(("selection/stopping/ranking", "pairs", "cards (cluster)", "dOpened = P - Q (effect) [95% CI]",
+                     "dCESS = P - Q (same target) [95% CI]"),
                     [(c.cell, c.pairs, c.cards, _ci(c.opened_diff), _ci(c.cess_diff)) for c in report.cells])]
     cards = max((c.cards for c in report.cells), default=0)
     if 0 < cards < 5:
         parts.append(f"(only {cards} card(s): with so few clusters the bootstrap CIs are not informative)")
     if report.intervention:
         parts += ["", ("2x2 selection x stopping intervention (Eqs. 3-4; paired blocks: card, arm, model, "
-                       "harness, seed, ranking)"),
+                       "harness, seed, ranking; cluster: card)"),
                   _table(("effect", "on", "blocks", "value [95% CI]"),
                          [(e.effect, e.estimand, e.blocks, _ci(e.value)) for e in report.intervention])]
     return "\n".join(parts)

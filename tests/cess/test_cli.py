@@ -73,14 +73,14 @@ def test_estimate_json_keys_and_values(tmp_path: Path, capsys: pytest.CaptureFix
     a, b = lines
     assert a["rounds"] == 2 and a["dr_raw"] == pytest.approx(-0.03125) and a["theta_star"] == 0.125
     assert a["cess"] == pytest.approx(0.125 + 0.5 * (-0.03125 - 0.125)) and a["support_interval"] is None
-    assert b["support_interval"] == pytest.approx([-0.675, 0.825])  # ρ = 3/4, θ+ = 0.6 / K
+    assert b["support_interval"] == pytest.approx([-0.6, 0.9])  # ρ = 3/4, θ+ = Y of d0 = 0.6
     assert b["dr_raw"] is None and b["cess"] is None and b["theta_star"] is None
 
 
 def test_estimate_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert _run(["cess", "estimate", "--trajectories", _file(tmp_path, RECORDS)]) == 0
     out = capsys.readouterr().out
-    assert "trajectory" in out and "support interval" in out and "[-0.6750, 0.8250]" in out
+    assert "trajectory" in out and "support interval" in out and "[-0.6000, 0.9000]" in out
 
 
 def test_estimate_invalid_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -105,14 +105,20 @@ def test_bench_perspectrum(capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["cess", "bench", "perspectrum", "--data", str(FIXTURE), "--seeds", "1", "--budget", "4"]
     assert _run([*argv, "--resamples", "200", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert [m["method"] for m in report["methods"]][:6] == [
-        "Tuning-set Mean",
-        "Outcome Regression",
+    assert [m["method"] for m in report["methods"]][:5] == [
         "Opened Mean",
-        "Sequential IPW",
-        "Sequential DR",
+        "Outcome Regression",
+        "Tuning-set Mean",
+        "Opened Mean shrunk to Tuning Mean",
         "CESS",
     ]
+    assert report["settings"]["outcome"] == "mean" and report["settings"]["shared_documents"] == "drop"
+    assert report["calibration"]["chosen"]["stop_rule"] in ("one_sided", "both_sides")
+    assert _run([*argv, "--resamples", "200", "--json", "--no-calibrate", "--stop-rule", "both_sides",
+                 "--outcome", "ridge", "--shared", "keep"]) == 0
+    fixed = json.loads(capsys.readouterr().out)
+    assert fixed["calibration"] is None and fixed["search"]["stop_rule"] == "both_sides"
+    assert fixed["settings"]["outcome"] == "ridge" and fixed["settings"]["shared_documents"] == "keep"
     assert _run([*argv, "--resamples", "200"]) == 0
     assert "MAE after each round" in capsys.readouterr().out
     assert _run(["cess", "bench", "perspectrum", "--data", str(FIXTURE / "missing")]) == 2
@@ -144,9 +150,10 @@ def test_sizes_must_be_positive(argv: list[str]) -> None:
 #    weights 0.625, 1 -> ESS = 1.625^2 / (0.625^2 + 1).
 # B: K=3, T=2 < K, d1 chosen twice, c_2 = 0.4 so s_2 = 0.6, m = 0:
 #    DR = IPW = (1/3)[0.8/(4*0.5) + 0.8/(4*0.5*0.6)] = 0.35556; Eq. 12 = 0.8 + 0.5(0.35556 - 0.8); theta* = -0.15.
-# C: d3, d4 have probability 0 in both rounds: D+ = {d1, d2}, rho = 1/2, mbar+ = 0.2;
-#    theta+ = 0.2 + (1/2)[(1-0.4)/(2*0.5*1) + (-0.5-0)/(2*1*0.8)] = 0.34375;
-#    interval 0.5*0.34375 -/+ 0.5; no point estimates.
+# C: d3, d4 have probability 0 in both rounds: D+ = {d1, d2}, rho = 1/2, both opened (Y 1, -0.5):
+#    theta+ = 0.25 exactly, interval (1 - 0.5 -/+ 2) / 4 = [-0.375, 0.625]; no point estimates.
+#    (B's round 1 had full support; it used to give d3, d4 probability 0, which is round-varying
+#    support and now withholds point estimates; p_1 of the chosen d1 is still 0.5.)
 # D: T=1, p=0.05, m=-0.5: DR = -0.5 + (1/2)(1.1/0.2) = 2.25; Eq. 9 = clip(-0.5 + 0.5*2.75) = 0.875;
 #    Eq. 13 = -0.5 + 0.5(1 - (-0.5)) = 0.25; Eq. 12 = 0.6 + 0.5(1 - 0.6) = 0.8.
 HAND = {
@@ -158,7 +165,7 @@ HAND = {
           "ess": (4 / 3) ** 2 / (0.25 + (5 / 6) ** 2), "max_weight": 5 / 6, "theta_star": -0.15,
           "support_interval": None},
     "C": {"opened_mean": 0.25, "ipw_raw": None, "dr_raw": None, "cess": None, "cess_clip_then_shrink": None,
-          "cess_opened_anchor": None, "theta_star": None, "support_interval": [-0.328125, 0.671875]},
+          "cess_opened_anchor": None, "theta_star": None, "support_interval": [-0.375, 0.625]},
     "D": {"opened_mean": 0.6, "outcome_regression": -0.5, "ipw_raw": 1.5, "dr_raw": 2.25, "cess": 0.875,
           "cess_clip_then_shrink": 0.25, "cess_opened_anchor": 0.8, "ess": 1.0, "max_weight": 5.0},
 }

@@ -153,6 +153,7 @@ def _enumerate_policy(y: np.ndarray, m: np.ndarray, budget: int) -> tuple[Trajec
         doc_y=np.tile(y, (b, 1)),
         doc_mask=np.ones((b, n), bool),
         first_support=np.zeros((b, n), int),
+        full_support=np.ones((b, k), bool),
     )
     return batch, np.array(probs)
 
@@ -188,19 +189,16 @@ def _limited(y_outside: float) -> TrajectoryBatch:
 
 
 @pytest.mark.parametrize("y_outside", [-1.0, 1.0, 0.3])
-def test_support_interval_is_sharp(y_outside: float) -> None:
+def test_support_interval_bounds_unopened_documents(y_outside: float) -> None:
     batch = _limited(y_outside)
     bounds = support_interval(batch)
-    assert bounds.applies[0] and bounds.n_reachable[0] == 2
+    assert bounds.applies[0] and bounds.n_reachable[0] == 2 and bounds.n_opened[0] == 1
     assert bounds.rho[0] == 0.5
-    assert bounds.theta_plus[0] == pytest.approx(0.1)  # exact model on D+: θ+ = (0.4 − 0.2)/2
-    assert bounds.upper[0] - bounds.lower[0] == pytest.approx(2 * bounds.rho[0])
+    # b was reachable but not opened: its Y is only known to lie in [-1, 1], so the interval is
+    # Eq. 10 widened from 2ρ = 1 to 2 · 3/4: (0.4 -/+ 3) / 4.
+    assert (bounds.lower[0], bounds.upper[0]) == pytest.approx((-0.65, 0.85))
     theta = batch.theta_star[0]
     assert bounds.lower[0] - 1e-12 <= theta <= bounds.upper[0] + 1e-12
-    if y_outside == 1.0:
-        assert bounds.upper[0] == pytest.approx(theta)  # attained: the interval cannot be shorter
-    if y_outside == -1.0:
-        assert bounds.lower[0] == pytest.approx(theta)
 
 
 def test_point_estimates_are_withheld_where_the_interval_applies() -> None:
@@ -215,7 +213,7 @@ def test_point_estimates_are_withheld_where_the_interval_applies() -> None:
     )
     full = _traj([R1])
     limited, ok = trajectory_estimates([traj, full], 0.5)
-    assert limited.support_interval == pytest.approx((0.5 * 0.4 - 0.5, 0.5 * 0.4 + 0.5))
+    assert limited.support_interval == pytest.approx((0.5 * 0.4 - 0.5, 0.5 * 0.4 + 0.5))  # θ+ = 0.4 exactly
     assert limited.dr_raw is None and limited.cess is None and limited.ipw_raw is None
     assert limited.cess_clip_then_shrink is None and limited.cess_opened_anchor is None
     assert limited.opened_mean == 0.4

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from draligned.cess.bench import BenchSettings, run_bench
-from draligned.cess.perspectrum import load_perspectrum
+from draligned.cess.perspectrum import load_perspectrum, shared_document_ids, without_shared_documents
+from draligned.cess.pool import CandidatePool
 from draligned.cess.searches import SearchSettings
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "perspectrum"
@@ -101,22 +102,64 @@ def test_evidence_pool_uses_eq_11(tmp_path: Path) -> None:
     assert load_perspectrum(root, min_docs=2, documents="perspectives").documents == "perspectives"
 
 
-def _settings() -> BenchSettings:
-    return BenchSettings(search=SearchSettings(seeds=1, budget=6), n_resamples=500)
+def _settings(**update: object) -> BenchSettings:
+    return BenchSettings(search=SearchSettings(seeds=1, budget=6), n_resamples=500).model_copy(update=update)
 
 
 def test_bench_on_fixture() -> None:
     report = run_bench(load_perspectrum(FIXTURE), _settings())
     methods = {m.method: m for m in report.methods}
     assert report.n_eval_runs == 3 * 2 * 2 * 2
-    assert methods["Outcome Regression"].sensitivity == 0.0
+    assert list(methods)[:5] == ["Opened Mean", "Outcome Regression", "Tuning-set Mean",
+                                 "Opened Mean shrunk to Tuning Mean", "CESS"]
+    assert f"CESS (tuned lambda = {report.lam:g})" in methods
+    assert methods["Outcome Regression"].sensitivity == 0.0 == methods["Tuning-set Mean"].sensitivity
     assert methods["CESS"].sensitivity < methods["Opened Mean"].sensitivity
     assert [r.slice for r in report.by_round] == ["1", "2", "4", "6"]
-    assert report.by_round[-1].cess == pytest.approx(methods["CESS"].mae)
-    assert {p.comparison for p in report.paired} == {"CESS - Opened Mean", "CESS - Sequential DR"}
+    assert report.by_round[-1].cess == pytest.approx(methods["CESS"].mae)  # the headline row is lambda = 0.5
+    others = [m for m in methods if m != "CESS"]
+    assert [p.comparison for p in report.paired] == [f"CESS - {o}" for o in others for _ in range(3)]
     for row in report.paired:
         assert row.lower <= row.difference <= row.upper
+    for m in report.methods:  # direction disagreement with its CI on every row
+        assert m.direction_error_ci[0] <= m.direction_error <= m.direction_error_ci[1]
     assert report.weights.min_p_times_s > 0
+    cal = report.calibration
+    assert cal is not None and cal.chosen == min(cal.points, key=lambda p: p.loss)
+    assert (report.search.ranking_strength, report.search.temperature, report.search.epsilon,
+            report.search.stop_rule) == (cal.chosen.ranking_strength, cal.chosen.temperature,
+                                         cal.chosen.epsilon, cal.chosen.stop_rule)
+
+
+def test_outcome_model_is_honoured_in_every_row() -> None:
+    """With m = the tuning mean (default), Outcome Regression is that constant; with the ridge, every
+    row that has an m changes (it used to be the ridge whatever --outcome said)."""
+    data = load_perspectrum(FIXTURE)
+    mean = {m.method: m for m in run_bench(data, _settings(calibrate=False)).methods}
+    ridge = {m.method: m for m in run_bench(data, _settings(calibrate=False, outcome="ridge")).methods}
+    assert mean["Outcome Regression"] == mean["Tuning-set Mean"].model_copy(update={"method": "Outcome Regression"})
+    assert ridge["Outcome Regression"].mae != mean["Outcome Regression"].mae
+    assert ridge["CESS"].mae != mean["CESS"].mae and ridge["Sequential DR (raw)"] != mean["Sequential DR (raw)"]
+    for name in ("Opened Mean", "Tuning-set Mean", "Opened Mean shrunk to Tuning Mean", "Sequential IPW (raw)"):
+        assert ridge[name] == mean[name]  # no m in these
+
+
+def test_shared_documents_leave_the_tuning_pools() -> None:
+    data = load_perspectrum(FIXTURE)
+    test_doc = data.evaluation[0].pool.documents[0]
+    first = data.tuning[0]
+    leaky = data.model_copy(update={"tuning": [
+        first.model_copy(update={"pool": CandidatePool(documents=[*first.pool.documents, test_doc])}),
+        *data.tuning[1:]]})
+    assert shared_document_ids(leaky) == {test_doc.id}
+    clean = without_shared_documents(leaky)
+    assert shared_document_ids(clean) == set() and clean.evaluation == leaky.evaluation
+    assert [d.id for d in clean.tuning[0].pool.documents] == [d.id for d in first.pool.documents]
+    shrunk = without_shared_documents(leaky, min_docs=11)  # 10 documents left: no longer eligible
+    assert first.claim_id not in [c.claim_id for c in shrunk.tuning]
+    report = run_bench(leaky, _settings(calibrate=False, shared_documents="keep"))
+    assert (report.leakage.shared_test_documents, report.leakage.test_documents) == (
+        1, sum(len(c.pool.documents) for c in data.evaluation))
 
 
 def test_tuning_never_sees_evaluation_outcomes() -> None:
@@ -126,9 +169,6 @@ def test_tuning_never_sees_evaluation_outcomes() -> None:
         for doc in claim.pool.documents:
             doc.score = -doc.score
     original, changed = run_bench(data, _settings()), run_bench(flipped, _settings())
-    assert (original.lam, original.ridge_alpha, original.tuning_mean) == (
-        changed.lam,
-        changed.ridge_alpha,
-        changed.tuning_mean,
-    )
+    assert (original.lam, original.alpha, original.ridge_alpha, original.tuning_mean, original.calibration) == (
+        changed.lam, changed.alpha, changed.ridge_alpha, changed.tuning_mean, changed.calibration)
     assert original.methods != changed.methods  # the evaluation did change

@@ -134,3 +134,13 @@ def test_log_round_trips_through_the_trajectory_format() -> None:
         assert DOCS[record.chosen_index][0] == record.chosen
         assert record.chosen_index == int(inverse_cdf(np.array(record.probs), record.u_select))
     assert json.loads(traj.model_dump_json())["ranking"] == "anti"
+
+
+def test_stop_recommendation_rules() -> None:
+    from draligned.cess.searches import SearchSettings, wish_stop
+
+    one, both = SearchSettings(stop_rule="one_sided"), SearchSettings(stop_rule="both_sides")
+    assert not wish_stop(np.array([1.0]), one) and not wish_stop(np.array([1.0]), both)  # < 2 read
+    assert wish_stop(np.array([1.0, 1.0]), one) and not wish_stop(np.array([1.0, 1.0]), both)
+    assert not wish_stop(np.array([1.0, -1.0]), one) and wish_stop(np.array([1.0, -1.0]), both)
+    assert wish_stop(np.array([1.0, -0.5, 1.0, 1.0]), one) and wish_stop(np.array([1.0, -0.5, 1.0, 1.0]), both)

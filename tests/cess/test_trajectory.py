@@ -82,6 +82,7 @@ CASES = [
     ("negative probability", _set("rounds.0.probs", [1.25, -0.25, 0.0]), "rounds[0].probs[1]", "minimum"),
     ("negative stop probability", _set("rounds.1.stop_prob", -0.1), "rounds[1].stop_prob", "minimum"),
     ("stop probability of 1", _set("rounds.1.stop_prob", 1.0), "rounds[1].stop_prob", "maximum"),
+    ("c_1 is not 0 (Eq. 5)", _set("rounds.0.stop_prob", 0.5), "rounds[0].stop_prob", "c_1 = 0"),
     ("unknown document id", _set("rounds.0.chosen", "d9"), "rounds[0].chosen", "unknown document id"),
     ("more rounds than the budget", _set("budget", 1), "rounds", "exceed the budget"),
     ("non-positive budget", _set("budget", 0), "budget", "minimum"),

@@ -7,7 +7,7 @@ import pytest
 
 from draligned.cess.outcome import ConstantModel, cross_fit_ridge, ridge_fit, ridge_path
 from draligned.cess.simulate import Policy, common_draws, make_pools, run_search
-from draligned.cess.tuning import LAMBDA_GRID, tune_lambda
+from draligned.cess.tuning import LAMBDA_GRID, shrink_to_tuning_mean, tune_alpha, tune_lambda
 
 
 def test_grid() -> None:
@@ -75,3 +75,14 @@ def test_cross_fit_predictions_are_out_of_fold() -> None:
     assert np.allclose(fit.out_of_fold[groups == 3], refit.out_of_fold[groups == 3])
     assert fit.model.predict(["good support"])[0] > 0 > fit.model.predict(["bad weak"])[0]
     assert ConstantModel.fit([0.2, 0.4]).predict(["a", "b"]).tolist() == pytest.approx([0.3, 0.3])
+
+
+def test_alpha_of_the_shrink_to_tuning_mean_baseline() -> None:
+    assert shrink_to_tuning_mean(np.array([0.8, -0.4]), 0.2, 0.75).tolist() == pytest.approx([0.35, 0.05])
+    # Long uniform searches: the Opened Mean is nearly θ*, moving toward a wrong constant only hurts.
+    batch, question = _uniform_batch(budget=300, predictions=0.0)
+    assert tune_alpha(batch, question, 0.9).lam == 0.0
+    # One round: the Opened Mean is one document's ±1-ish score; the tuning mean (here the mean θ*) helps.
+    batch, question = _uniform_batch(budget=1, predictions=0.0)
+    fit = tune_alpha(batch, question, float(batch.theta_star.mean()))
+    assert fit.lam > 0.5 and fit.mae[int(fit.lam * 20)] == fit.mae.min()

@@ -88,4 +88,5 @@ def test_pair_table_and_intervention_effects(pool_archive: Archive, capsys: pyte
     assert len(printed["pairs"]) == 8 and len(printed["arms"]) == 8 and len(printed["intervention"]) == 8
     assert main(["cess", "pairs", str(pool_archive.root), "--resamples", "200"]) == 0
     text = capsys.readouterr().out
-    assert "dOpened (effect)" in text and "dCESS (same target)" in text and "Theorem 2" in text
+    assert "dOpened = P - Q (effect)" in text and "dCESS = P - Q (same target)" in text and "Theorem 2" in text
+    assert "cards (cluster)" in text and "Cluster: the card" in text
