@@ -139,6 +139,9 @@ def write_pages(report: Report, plan: Plan, banner: str | None, out: Path) -> No
     for p in pair_rows:
         runs = (records.get(p["run_a"] or ""), records.get(p["run_b"] or ""))
         if runs == (None, None):
+            (pairs_dir / f"{p['pair']}.html").write_text(frame(f"pair {p['pair']}", back, "<p class=\"notice\">"
+                                                               "NO_RUN: neither arm has a finished run.</p>", banner),
+                                                         encoding="utf-8")
             continue
         facts = " · ".join(f"<b>{k}</b> {html.escape(fmt(p[k]))}" for k in
                            ("study", "card_id", "comparison", "axis", "model", "harness", "seed", "search_cell")

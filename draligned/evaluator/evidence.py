@@ -239,3 +239,32 @@ def find_pair(archive: Archive, wanted: str) -> tuple[Card, str, str, str, RunRe
                 return card, label, comp.arm_a, comp.factor_id, arms.get(comp.arm_a), arms.get(comp.arm_b)
     raise KeyError(f"no pair {wanted!r} in {archive.root} (pair ids are listed in the report's pair table)")
 
+
+
+class PairChain(Record):
+    """A pair's decision chain: who was compared on what, and both arms' decisions per document."""
+
+    pair: str
+    """The pair id."""
+    card_id: str
+    """Card."""
+    comparison: str
+    """arm_a-arm_b."""
+    axis_id: str
+    """The factor the arms differ in."""
+    endpoints: dict[str, str]
+    """P and Q endpoint texts of the factor."""
+    runs: list[str | None]
+    """Run of arm a and of arm b (None: no finished run)."""
+    steps: list[PairStep]
+    """Requests, drafts, final."""
+
+
+def pair_chain(archive: Archive, evaluator_id: str, pair: str) -> PairChain:
+    """The decision chain of one pair from the evaluator's stored reads; KeyError when no pair has the id."""
+    card, comparison, _, axis, run_a, run_b = find_pair(archive, pair)
+    factor = next(f for f in card.factors if f.factor_id == axis)
+    steps = Evidence(archive, evaluator_id).chain(run_a, run_b, card, axis)
+    return PairChain(pair=pair, card_id=card.card_id, comparison=comparison, axis_id=axis,
+                     endpoints={"P": factor.endpoints.P, "Q": factor.endpoints.Q},
+                     runs=[r.run_id if r else None for r in (run_a, run_b)], steps=steps)
