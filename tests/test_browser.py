@@ -248,13 +248,14 @@ def test_no_banner_without_a_simulator_and_a_simulator_evaluator_is_named(
     plan = tmp_path / "plan.toml"
     plan.write_text('name = "providers"\nversion = 1\n')
     out = tmp_path / "report"
-    assert main(["report", str(archive.root), "--plan", str(plan), "--evaluator", "human-panel", "--out", str(out)]) == 0
+    args = ["report", str(archive.root), "--plan", str(plan)]
+    assert main([*args, "--evaluator", "human-panel", "--out", str(out)]) == 0
     for name in ("report.md", "report.html"):
         assert not re.search("simulat", (out / name).read_text(), re.IGNORECASE), name
     assert "Final reports distinguish the two conditions in [1 of 1 (" in (out / "report.md").read_text()
     # the same runs read by the SIMULATOR evaluator: the banner names the evaluator and no agent model
     assert main(["read", str(archive.root), "--evaluator", str(repo / "evaluators" / "sim.toml")]) == 0
     out2 = tmp_path / "report-sim"
-    assert main(["report", str(archive.root), "--plan", str(plan), "--evaluator", EVALUATOR, "--out", str(out2)]) == 0
+    assert main([*args, "--evaluator", EVALUATOR, "--out", str(out2)]) == 0
     banner = (out2 / "report.md").read_text().split("\n\n")[1]
     assert banner.startswith("> **SIMULATOR") and f"evaluator {EVALUATOR}" in banner and "agent model" not in banner

@@ -15,9 +15,9 @@ from draligned.archive.store import Archive, ArchiveError
 from draligned.evaluator.aggregate import STATES
 from draligned.evaluator.agreement import between_evaluators, between_reads
 from draligned.evaluator.config import EvaluatorError, load_evaluator
+from draligned.evaluator.evidence import pair_chain
 from draligned.evaluator.packets import Phase
 from draligned.evaluator.review import export_sheet, import_answers
-from draligned.evaluator.evidence import pair_chain
 from draligned.evaluator.states import PairCell, document_order, pair_cells, pair_matrix, state_rows
 from draligned.evaluator.storage import ReadStore
 from draligned.models import ModelError
