@@ -157,6 +157,7 @@ class Evidence:
         for m in store.manifests():
             self.units[(m.run_id, m.document, m.chunk)][m.read] = m
         self.reads: dict[str, ReadRecord] = store.reads()
+        self._documents: dict[tuple[str, str], list[DocumentEvidence]] = {}
 
     def _read(self, run_id: str, document: str, chunk: int, n: int) -> tuple[ReadEvidence, ReadRecord | None]:
         m = self.units.get((run_id, document, chunk), {}).get(n)
@@ -167,7 +168,13 @@ class Evidence:
                             items=rec.items if rec else []), rec
 
     def documents(self, record: RunRecord, card: Card, axis_id: str) -> list[DocumentEvidence]:
-        """Every draft version and the final of a run on one factor."""
+        """Every draft version and the final of a run on one factor (kept: a pair page asks twice)."""
+        key = (record.run_id, axis_id)
+        if key not in self._documents:
+            self._documents[key] = self._read_documents(record, card, axis_id)
+        return self._documents[key]
+
+    def _read_documents(self, record: RunRecord, card: Card, axis_id: str) -> list[DocumentEvidence]:
         assigned = card.endpoint_for(record.slot.arm, axis_id)
         out = []
         for unit in document_units(record, self.archive.get_text):
