@@ -14,7 +14,7 @@ from pathlib import Path
 from draligned.analysis.browse_pair import pair_body
 from draligned.analysis.browse_run import run_body
 from draligned.analysis.build import Report
-from draligned.analysis.page import CSS, header_cell, link, state_badge
+from draligned.analysis.page import CSS, cell, header_cell, state_badge
 from draligned.analysis.plan import Plan
 from draligned.analysis.simulators import SIMULATOR_PROTOCOLS
 from draligned.analysis.table import Table, fmt
@@ -78,15 +78,8 @@ def _index_pages(table: Table, kind: str, banner: str | None) -> dict[str, str]:
     out = {}
     for n in range(1, pages + 1):
         rows = table.rows[(n - 1) * PAGE_ROWS:n * PAGE_ROWS]
-        body = []
-        for r in rows:
-            cells = []
-            for c, v in zip(table.columns, r, strict=True):
-                target = link(c, v, "../../")
-                cells.append(f'<td><a href="{html.escape(target)}">{html.escape(str(v))}</a></td>' if target else
-                             f"<td>{state_badge(v)}</td>" if isinstance(v, str) and "state" in c and v else
-                             f"<td>{html.escape(fmt(v))}</td>")
-            body.append("<tr>" + "".join(cells) + "</tr>")
+        body = ["<tr>" + "".join(cell(c, v, "../../") for c, v in zip(table.columns, r, strict=True)) + "</tr>"
+                for r in rows]
         pager = " ".join(f'<a href="index-{k}.html">{"<b>" + str(k) + "</b>" if k == n else k}</a>'
                          for k in range(1, pages + 1))
         content = (f"<p class=\"note\">{html.escape(table.note)}</p><p class=\"pager\">page {pager} · "
@@ -144,8 +137,7 @@ def write_pages(report: Report, plan: Plan, banner: str | None, out: Path) -> No
                                                          encoding="utf-8")
             continue
         facts = " · ".join(f"<b>{k}</b> {html.escape(fmt(p[k]))}" for k in
-                           ("study", "card_id", "comparison", "axis", "model", "harness", "seed", "search_cell")
-                           if p[k] != "")
+                           ("card_id", "comparison", "axis", "model", "harness", "seed"))
         sides = (f"<p>At {html.escape(plan.primary_phase)}: arm a {state_badge(p['state_a'])} recommends "
                  f"<b>{html.escape(p['recommends_a'])}</b>; arm b {state_badge(p['state_b'])} recommends "
                  f"<b>{html.escape(p['recommends_b'])}</b> — <b>{html.escape(p['reading'])}</b> (states table of "

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import html
+import re
 
 from draligned.analysis.build import Report
 from draligned.analysis.findings import Finding
@@ -23,7 +24,7 @@ header h1 { margin:0 0 6px; font-size:24px; font-weight:650; }
 header .id { font:12px/1.7 ui-monospace, Menlo, monospace; color:#c9d3e3; }
 nav { padding:10px 40px; background:#fff; border-bottom:1px solid var(--line); position:sticky; top:0; z-index:2; }
 nav a { color:var(--accent); margin-right:18px; text-decoration:none; font-weight:600; }
-main { max-width:1180px; margin:0 auto; padding:24px 40px 60px; }
+main { max-width:1320px; margin:0 auto; padding:24px 40px 60px; }
 .cards { display:grid; grid-template-columns:repeat(auto-fit, minmax(190px, 1fr)); gap:14px; margin:4px 0 26px; }
 .card { background:#fff; border:1px solid var(--line); border-radius:10px; padding:14px 16px; }
 .card .v { font-size:28px; font-weight:700; color:var(--accent); }
@@ -38,6 +39,7 @@ h3 { font-size:15px; margin:18px 0 2px; } .note { color:var(--muted); font-size:
 table { border-collapse:collapse; font-size:12px; margin:4px 0; width:100%; }
 th { text-align:left; background:#f0f3f7; vertical-align:bottom; font-size:11.5px; }
 th, td { padding:3px 6px; border-bottom:1px solid var(--line); overflow-wrap:break-word; }
+td.n, td.short { white-space:nowrap; } td.long { overflow-wrap:anywhere; min-width:6em; }
 td a { color:var(--accent); }
 .banner { background:#8b1e3f; color:#fff; padding:12px 40px; font-weight:600; font-size:14.5px; }
 .banner b { letter-spacing:.04em; }
@@ -74,18 +76,36 @@ def state_badge(v: str) -> str:
     return f'<span class="st" style="{style}">{html.escape(v)}</span>'
 
 
+_BREAKS = re.compile(r"(?<=[_./-])")
+
+
+def breakable(text: str) -> str:
+    """Escaped text that may break after _ . / - (ids and column names wrap at their joints, so a wide
+    table fits the page)."""
+    return "<wbr>".join(html.escape(part) for part in _BREAKS.split(text))
+
+
 def header_cell(col: str) -> str:
-    """A column name that may break after its underscores (wide tables stay inside the page)."""
-    return "<wbr>_".join(html.escape(part) for part in col.split("_"))
+    """A column name that may break after its underscores."""
+    return breakable(col)
 
 
-def _cell(col: str, v: object) -> str:
-    if (target := link(col, v)) is not None:
-        return f'<td><a href="{html.escape(target)}">{html.escape(str(v))}</a></td>'
+def _width(v: object) -> str:
+    """Numbers and short words never wrap; long texts (ids, endpoint texts) may wrap anywhere, so a wide
+    table fits the page instead of hiding columns."""
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return ' class="n"'
+    return ' class="long"' if len(fmt(v)) > 10 else ' class="short"'
+
+
+def cell(col: str, v: object, root: str = "") -> str:
+    """One table cell: a link when it names a run or pair page, a coloured badge for a state."""
+    if (target := link(col, v, root)) is not None:
+        return f'<td class="long"><a href="{html.escape(target)}">{breakable(str(v))}</a></td>'
     if isinstance(v, str) and v in COLORS and "state" in col:
-        return f"<td>{state_badge(v)}</td>"
-    cls = ' class="n"' if isinstance(v, (int, float)) and not isinstance(v, bool) else ""
-    return f"<td{cls}>{html.escape(fmt(v))}</td>"
+        return f'<td class="short">{state_badge(v)}</td>'
+    width = _width(v)
+    return f"<td{width}>{breakable(fmt(v)) if 'long' in width else html.escape(fmt(v))}</td>"
 
 
 def _table(t: Table, stamp: str, shown: int) -> str:
@@ -95,7 +115,7 @@ def _table(t: Table, stamp: str, shown: int) -> str:
     else:
         rows, note = t.shown_rows(shown)
         head = "".join(f"<th>{header_cell(c)}</th>" for c in t.columns)
-        body = "".join("<tr>" + "".join(_cell(c, v) for c, v in zip(t.columns, r, strict=True)) + "</tr>" for r in rows)
+        body = "".join("<tr>" + "".join(cell(c, v) for c, v in zip(t.columns, r, strict=True)) + "</tr>" for r in rows)
         parts.append(f'<div class="wide"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>')
         if note:
             parts.append(f'<p class="note">{html.escape(note)}.</p>')

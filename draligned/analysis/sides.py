@@ -67,7 +67,7 @@ def pair_index(pairs: list[Pair], index: StateIndex, cards: dict[str, Card], pla
         sides = [recommends(s, card.endpoint_for(arm, p.axis), card, p.axis)
                  for s, arm in zip(states, (arm_a, arm_b), strict=True)]
         rows.append([pair_id(p.study, p.card_id, p.comparison, p.model, p.harness, p.seed, p.search_cell),
-                     p.study, p.card_id, p.comparison, p.axis, p.model, p.harness, p.seed, p.search_cell,
+                     p.card_id, p.comparison, p.axis, p.model, p.harness, p.seed,
                      p.run_a.run_id if p.run_a else None, states[0], reasons[0], sides[0],
                      p.run_b.run_id if p.run_b else None, states[1], reasons[1], sides[1],
                      reading(states[0], states[1], sides[0], sides[1])])
@@ -77,8 +77,9 @@ def pair_index(pairs: list[Pair], index: StateIndex, cards: dict[str, Card], pla
              "document recommends, in the card's words (OWN = its own endpoint, OTHER = the other arm's; "
              "BOTH = both, NONE = neither). reading: each its own (both OWN, distinguished); both recommend "
              "the P/Q side (OWN/OTHER or OTHER/OWN); each the other's (both OTHER); unknown (either UNKNOWN); "
-             "absent (either without a directional state).",
-        columns=["pair", "study", "card_id", "comparison", "axis", "model", "harness", "seed", "search_cell",
+             "absent (either without a directional state). The pair id also names the study and, for pool "
+             "search, the search cell.",
+        columns=["pair", "card_id", "comparison", "axis", "model", "harness", "seed",
                  "run_a", "state_a", "reason_a", "recommends_a", "run_b", "state_b", "reason_b",
                  "recommends_b", "reading"],
         rows=rows, computed_by="draligned.analysis.sides.pair_index")
