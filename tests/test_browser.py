@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from draligned.analysis.browser import PAGE_ROWS, index_pages
+from draligned.analysis.table import Table
 from draligned.archive import Archive
 from draligned.cli import main
 from draligned.evaluator.aggregate import read_label
@@ -259,3 +261,14 @@ def test_no_banner_without_a_simulator_and_a_simulator_evaluator_is_named(
     assert main([*args, "--evaluator", EVALUATOR, "--out", str(out2)]) == 0
     banner = (out2 / "report.md").read_text().split("\n\n")[1]
     assert banner.startswith("> **SIMULATOR") and f"evaluator {EVALUATOR}" in banner and "agent model" not in banner
+
+
+def test_index_pages_are_paginated_and_link_every_row() -> None:
+    """Thousands of runs never make one huge page: PAGE_ROWS rows per index page, each row linked."""
+    rows = [[f"r{i:04d}", "completed"] for i in range(2 * PAGE_ROWS + 50)]
+    pages = index_pages(Table(name="process_runs", title="t", note="n", columns=["run_id", "status"], rows=rows),
+                        "runs", None)
+    assert sorted(pages) == ["index-1.html", "index-2.html", "index-3.html"]
+    linked = [re.findall(r'href="\.\./\.\./pages/runs/(r\d+)\.html"', pages[f"index-{n}.html"]) for n in (1, 2, 3)]
+    assert [len(x) for x in linked] == [PAGE_ROWS, PAGE_ROWS, 50] and sum(linked, []) == [r[0] for r in rows]
+    assert all('href="index-3.html"' in p and "simulator-banner" not in p for p in pages.values())

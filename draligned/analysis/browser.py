@@ -72,7 +72,7 @@ def _crumbs(*links: tuple[str, str]) -> str:
     return " · ".join(f'<a style="color:#c9d3e3" href="{html.escape(h)}">{html.escape(t)}</a>' for t, h in links)
 
 
-def _index_pages(table: Table, kind: str, banner: str | None) -> dict[str, str]:
+def index_pages(table: Table, kind: str, banner: str | None) -> dict[str, str]:
     """index-1.html, index-2.html, ... of one table, PAGE_ROWS rows each, cells linked to their pages."""
     pages = max(1, -(-len(table.rows) // PAGE_ROWS))
     out = {}
@@ -147,9 +147,9 @@ def write_pages(report: Report, plan: Plan, banner: str | None, out: Path) -> No
         body = f"<p>{facts}</p>{sides}" + pair_body(evidence, card, p["axis"], (arms[0], arms[1]), runs,
                                                     plan.retention.shingle_words)
         (pairs_dir / f"{p['pair']}.html").write_text(frame(f"pair {p['pair']}", back, body, banner), encoding="utf-8")
-    for name, page in _index_pages(report.tables["process_runs"], "runs", banner).items():
+    for name, page in index_pages(report.tables["process_runs"], "runs", banner).items():
         (runs_dir / name).write_text(page, encoding="utf-8")
     empty = Table(name="pair_index", title="pairs", note="No evaluator states, so no pair page.", columns=["pair"],
                   rows=[])
-    for name, page in _index_pages(pair_table or empty, "pairs", banner).items():
+    for name, page in index_pages(pair_table or empty, "pairs", banner).items():
         (pairs_dir / name).write_text(page, encoding="utf-8")
