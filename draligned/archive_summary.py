@@ -1,14 +1,23 @@
-"""What ``draligned archive stats`` and ``archive ls`` show: totals and run listings queried from the
-composed index, as typed results the CLI only prints."""
+"""What ``draligned archive stats``, ``archive ls`` and ``archive text`` show: totals and run listings
+queried from the composed index, as typed results the CLI only prints, and a run's texts from its blobs."""
 
 from __future__ import annotations
 
 import duckdb
 from pydantic import Field
 
-from draligned.archive import Archive
+from draligned.archive import Archive, ArchiveError
 from draligned.indexing import connect, rebuild
-from draligned.records import Record
+from draligned.records import (
+    DelegateEvent,
+    DraftEvent,
+    FinalEvent,
+    ModelCallEvent,
+    Record,
+    RunEvent,
+    SnapshotEvent,
+    ToolCallEvent,
+)
 
 TOTALS = ("model_calls", "tool_calls", "input_tokens", "output_tokens", "reasoning_tokens",
           "cached_tokens", "cache_hits", "failed_attempts")
@@ -144,3 +153,53 @@ def list_runs(archive: Archive) -> list[RunListing]:
                               FROM runs ORDER BY card_id, seed, model, harness, arm, attempt""").fetchall()
     names = list(RunListing.model_fields)
     return [RunListing(**dict(zip(names, r, strict=True))) for r in rows]
+
+
+def run_text(archive: Archive, run_id: str, *, draft: int | None = None, requests: bool = False,
+             event: str | None = None) -> str:
+    """The texts of one run (``archive text``): the final (default), one draft version, the requests in
+    order, or one event's texts (a tool call's arguments and return, a model call's raw response, a
+    draft, the final, a snapshot manifest, a delegation's assignments and replies). ArchiveError names
+    the run and what is missing."""
+    record = archive.find_run(run_id)
+    if requests:
+        return "\n".join(f"{e.event_id} {e.tool}: {e.request_text}" for e in record.events
+                         if isinstance(e, ToolCallEvent) and e.request_text is not None)
+    if draft is not None:
+        found = [e for e in record.events if isinstance(e, DraftEvent) and e.version == draft]
+        if not found:
+            raise ArchiveError(f"run {run_id}: no draft version {draft} (it saved {record.counters.drafts})")
+        return archive.get_text(found[0].blob)
+    if event is None:
+        if record.final_blob is None:
+            raise ArchiveError(f"run {run_id}: no final (status {record.status})")
+        return archive.get_text(record.final_blob)
+    match = [e for e in record.events if e.event_id == event]
+    if not match:
+        raise ArchiveError(f"run {run_id}: no event {event!r} (events e0001..{record.events[-1].event_id})"
+                           if record.events else f"run {run_id}: no events")
+    return _event_text(archive, match[0])
+
+
+def _event_text(archive: Archive, e: RunEvent) -> str:
+    """The texts behind one event, each under a heading."""
+    sections: list[tuple[str, str]]
+    if isinstance(e, ToolCallEvent):
+        sections = [(f"arguments ({e.tool})", archive.get_text(e.arguments_blob)),
+                    ("return the agent saw", archive.get_text(e.return_blob))]
+    elif isinstance(e, ModelCallEvent):
+        sections = [("request body", archive.get_text(e.request_blob)),
+                    ("raw response", archive.get_text(e.response_blob))]
+    elif isinstance(e, (DraftEvent, FinalEvent)):
+        return archive.get_text(e.blob)
+    elif isinstance(e, SnapshotEvent):
+        return archive.get_text(e.manifest_blob)
+    elif isinstance(e, DelegateEvent):
+        sections = []
+        for w in e.workers:
+            sections.append((f"{w.worker} assignment", archive.get_text(w.assignment_blob)))
+            if w.reply_blob:
+                sections.append((f"{w.worker} reply", archive.get_text(w.reply_blob)))
+    else:
+        return e.model_dump_json(indent=1)
+    return "\n\n".join(f"--- {title} ---\n{text}" for title, text in sections)

@@ -42,7 +42,8 @@ def test_demo_end_to_end(demo_run: DemoRun, capsys):
     archive = Archive(out / "archive")
     assert verify(archive) == []
     stats = _stats(archive, capsys)
-    assert stats["runs"] == stats["completed_runs"] == 60  # (3 cards x 2 arms + 4 cells) x 2 seeds x 3 harnesses
+    # (3 cards x 2 arms + 4 cells) x 2 seeds x 3 harnesses x 2 simulated agents
+    assert stats["runs"] == stats["completed_runs"] == 120
     assert stats["model_calls"] > 0 and stats["tool_calls"] > 0 and stats["blobs"] > 0
     records = archive.records()
     assert all(r.final_blob for r in records) and all(r.counters.drafts >= 1 for r in records)

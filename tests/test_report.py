@@ -71,7 +71,7 @@ def test_report_writes_every_table_with_identity_and_known_answers(built, capsys
     assert manifest["identity"]["plan_sha256"] == sha256_file(plan)
     assert manifest["identity"]["evaluator_id"] == "sim" and manifest["states_available"]
     assert manifest["identity"]["index_warning"] is None
-    expected = {"coverage_runs", "coverage_pairs", "coverage_states", "pair_matrix", "pair_summary",
+    expected = {"coverage_runs", "coverage_pairs", "coverage_states", "pair_matrix", "pair_summary", "pair_index",
                 "retention_flows", "retention_summary", "text_change", "request_vs_final", "searched_alternative",
                 "process_runs", "process_by_arm", "state_distribution", "consistency_settings",
                 "consistency_cards", "evaluator_agreement", "provenance", "cess_by_arm", "cess_by_pair",
@@ -140,8 +140,15 @@ def test_html_is_self_contained(built):
     out = tmp / "out-html"
     main(["report", str(archive.root), "--plan", str(plan), "--evaluator", "sim", "--out", str(out)])
     html = (out / "report.html").read_text()
-    assert not re.search(r"""(?:src|href)\s*=\s*["'](?!#|data:)""", html)
+    assert not re.search(r"""(?:src|href)\s*=\s*["'](?!#|data:|pages/)""", html)
     assert "<script" not in html and html.count("data:image/png;base64,") >= 6
+    # links into the pair browser are relative and name pages that exist; the pages load nothing either
+    targets = set(re.findall(r'href="(pages/[^"#]+)', html))
+    assert any("/runs/" in t for t in targets) and any("/pairs/" in t for t in targets)
+    assert all((out / t).is_file() for t in targets)
+    for page in [out / t for t in sorted(targets)[:5]]:
+        text = page.read_text()
+        assert not re.search(r"""(?:src|href)\s*=\s*["'](?!#|\.\./|[\w.-]+\.html)""", text), page
 
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from draligned.analysis import (
@@ -14,6 +15,7 @@ from draligned.analysis import (
     process,
     provenance,
     retention,
+    sides,
 )
 from draligned.analysis.adapters import (
     RUNS_SQL,
@@ -26,15 +28,17 @@ from draligned.analysis.adapters import (
     with_search_cells,
 )
 from draligned.analysis.cess_source import CESS_SQL, INTERVENTIONS_SQL, load_cess, load_interventions
+from draligned.analysis.findings import Fact, findings
 from draligned.analysis.pairs import StateIndex, build_pairs, finished_runs, in_subset
 from draligned.analysis.plan import LoadedPlan
+from draligned.analysis.simulators import simulators
 from draligned.analysis.states_source import STATES_SQL, load_states
 from draligned.analysis.table import Table
 from draligned.archive import Archive
 from draligned.archive.index import connect
 from draligned.records import Record
 
-_STATE_TABLES = ("coverage_states", "pair_matrix", "pair_summary", "retention_flows", "retention_summary",
+_STATE_TABLES = ("coverage_states", "pair_matrix", "pair_index", "pair_summary", "retention_flows", "retention_summary",
                  "request_vs_final", "searched_alternative", "state_distribution", "consistency_settings",
                  "consistency_cards", "evaluator_agreement")
 _SOURCES: dict[str, list[str]] = {
@@ -67,6 +71,8 @@ class Identity(Record):
     """Run attempts in the plan's subset."""
     index_warning: str | None = None
     """Set when the index does not list the same runs as the run files on disk (stale index)."""
+    simulators: list[str] = []
+    """The simulators among the subset's agent models and the report's evaluators (the SIMULATOR banner)."""
 
     def line(self) -> str:
         """One-line provenance stamp shown under every table."""
@@ -104,6 +110,8 @@ class Report(Record):
     """Sections in order."""
     queries: list[str]
     """Every query run, in order."""
+    findings: list[list[Fact]] = []
+    """The findings section: one sentence per answer, each number naming its table."""
 
 
 def build_report(archive_root: str | Path, loaded: LoadedPlan, evaluator_id: str) -> Report:
@@ -125,7 +133,8 @@ def build_report(archive_root: str | Path, loaded: LoadedPlan, evaluator_id: str
     ident = Identity(plan_name=plan.name, plan_path=loaded.path, plan_sha256=loaded.sha256,
                      evaluator_id=evaluator_id, archive_path=str(archive.root),
                      archive_sha256=archive_sha256(all_runs), runs_in_archive=len(all_runs),
-                     runs_in_subset=len(runs), index_warning=_stale(archive, all_runs))
+                     runs_in_subset=len(runs), index_warning=_stale(archive, all_runs),
+                     simulators=simulators(archive, {r.run_id for r in runs}, evaluators))
     pairs = build_pairs(runs, cards, plan)
     indexes = {e: StateIndex(rows) for e, rows in states.items()}
     main = indexes[evaluator_id]
@@ -137,13 +146,16 @@ def build_report(archive_root: str | Path, loaded: LoadedPlan, evaluator_id: str
                       cess_side.cess_by_arm(runs, cess), cess_side.cess_by_pair(pairs, cess, plan.cess),
                       interventions.intervention_effects(trials, plan.cess)]
     if have:
-        t += [*matrices.pair_matrices(pairs, {e: i for e, i in indexes.items() if i}, plan),
+        t += [sides.pair_index(pairs, main, cards, plan),
+              *matrices.pair_matrices(pairs, {e: i for e, i in indexes.items() if i}, plan),
               *retention.direction_retention(pairs, main, plan), *process.request_vs_final(pairs, main),
               consistency.state_distribution(pairs, main, plan), *consistency.recurrence(pairs, main, plan),
               agreement.evaluator_agreement(evaluator_id, states)]
     tables = {x.name: x.model_copy(update={"sql": _SOURCES.get(x.name, [RUNS_SQL])}) for x in t}
     return Report(identity=ident, states_available=have, tables=tables,
-                  sections=_sections(have, evaluator_id, plan.primary_phase), queries=log.queries)
+                  sections=_sections(have, evaluator_id, plan.primary_phase, plan.comparisons.primary),
+                  queries=log.queries,
+                  findings=findings(tables, plan, evaluator_id))
 
 
 def _stale(archive: Archive, runs: list) -> str | None:
@@ -157,7 +169,7 @@ def _stale(archive: Archive, runs: list) -> str | None:
             f"run `draligned archive reindex {archive.root}` and rebuild the report")
 
 
-def _sections(have: bool, evaluator: str, phase: str) -> list[Section]:
+def _sections(have: bool, evaluator: str, phase: str, primary: Sequence[str]) -> list[Section]:
     no_reads = None if have else (
         f"No evaluator reads in this archive for evaluator '{evaluator}': directional states do not exist yet, "
         "so this readout is not computed. Run the evaluator on the archive, then rebuild the report.")
@@ -169,8 +181,10 @@ def _sections(have: bool, evaluator: str, phase: str) -> list[Section]:
         Section(key="matrices", title="Pair matrices",
                 intro=f"For each matched pair, the state of arm a crossed with the state of arm b on the factor the "
                       f"pair changes (paper Figure 2, Table 22). Both OWN = the final recommendations distinguish "
-                      f"the user conditions. Headline phase: {phase}.",
-                tables=["pair_summary", "pair_matrix"] if have else [],
+                      f"the user conditions. Headline phase: {phase}. The headline and the heatmaps count the "
+                      f"primary comparisons ({' + '.join(primary)}) pooled over cards, models and harnesses; the "
+                      f"tables keep every comparison.",
+                tables=["pair_summary", "pair_index", "pair_matrix"] if have else [],
                 figures=["pair_heatmaps"] if have else [], notice=no_reads),
         Section(key="retention", title="Draft to final",
                 intro="Whether the final keeps the draft's direction, and how much the text changed on the way "

@@ -69,19 +69,23 @@ def pair_heatmaps(matrix: Table | None, evaluator: str, comparisons: Sequence[st
     if not recs:
         return no_data("Pair matrices", "no evaluator states for the primary comparisons")
     phases = list(dict.fromkeys(r["phase"] for r in recs))
-    docs = [p for p in phases if p != "requests"]
-    axes_states = _ordered({r["state_a"] for r in recs if r["phase"] in docs} | {r["state_b"] for r in recs
-                                                                              if r["phase"] in docs})
-    fig, axes = plt.subplots(1, len(phases), figsize=(3.3 * len(phases), 3.6), squeeze=False)
+    # One state list for every panel, so a cell sits at the same place in each (absent states stay empty).
+    cats = [s for s in ORDER if s not in ("NO_REQUEST", "UNDEFINED")]
+    if "requests" in phases:
+        cats += ["NO_REQUEST", "UNDEFINED"]
+    cats += sorted(({r["state_a"] for r in recs} | {r["state_b"] for r in recs}) - set(cats))
+    fig, axes = plt.subplots(1, len(phases), figsize=(3.9 * len(phases), 4.4), squeeze=False)
     for ax, phase in zip(axes[0], phases, strict=True):
         c: Counter = Counter()
         for r in recs:
             if r["phase"] == phase:
                 c[(r["state_a"], r["state_b"])] += r["pairs"]
-        cats = axes_states if phase in docs else _ordered({a for a, _ in c} | {b for _, b in c})
-        _heat(ax, c, cats, cats, "arm b", "arm a" if ax is axes[0][0] else "")
-        ax.set_title(f"{phase}  (n={sum(c.values())})")
-    fig.suptitle(f"Pair matrices, {' + '.join(comparisons)}", x=0.01, ha="left")
+        _heat(ax, c, cats, cats, "arm b state", "arm a state" if ax is axes[0][0] else "")
+        if ax is not axes[0][0]:
+            ax.set_yticklabels([])
+        ax.set_title(f"{phase}  (n={sum(c.values())} pairs)")
+    fig.suptitle(f"Pair matrices, {' + '.join(comparisons)} pooled (the headline's comparisons; evaluator "
+                 f"{evaluator})", x=0.01, ha="left")
     return png(fig)
 
 
@@ -140,13 +144,13 @@ def text_change(tc: Table | None) -> bytes:
 
 
 def process_counts(per_arm: Table | None) -> bytes:
-    """Mean requests, drafts and tool calls per card x arm."""
+    """Mean requests, drafts and tool calls per card x arm x harness (x model when there are several)."""
     recs = per_arm.records() if per_arm else []
     if not recs:
         return no_data("Process by arm", "no completed runs")
-    labels = [f"{r['card_id']} · {r['arm']}" + (f" · {r['model']}" if len({x['model'] for x in recs}) > 1 else "")
-              for r in recs]
-    fig, ax = plt.subplots(figsize=(8, 0.42 * len(recs) + 1.2))
+    labels = [f"{r['card_id']} · {r['arm']} · {r['harness']}"
+              + (f" · {r['model']}" if len({x['model'] for x in recs}) > 1 else "") for r in recs]
+    fig, ax = plt.subplots(figsize=(8, 0.32 * len(recs) + 1.2))
     h = 0.27
     for k, (col, color) in enumerate((("requests_mean", "#457b9d"), ("tool_calls_mean", "#a8dadc"),
                                       ("drafts_mean", "#e76f51"))):

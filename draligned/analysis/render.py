@@ -10,8 +10,10 @@ from typing import Any
 import duckdb
 
 from draligned.analysis import plots
+from draligned.analysis.browser import write_pages
 from draligned.analysis.build import Report
-from draligned.analysis.page import render_html
+from draligned.analysis.findings import Finding
+from draligned.analysis.page import link, render_html
 from draligned.analysis.plan import Plan
 from draligned.analysis.table import Table, fmt
 
@@ -73,9 +75,11 @@ def export_tables(report: Report, out: Path) -> None:
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1, ensure_ascii=False) + "\n")
 
 
-def highlights(report: Report) -> list[tuple[str, str, str]]:
-    """(value, label, detail) headline numbers for the top of the report."""
+def highlights(report: Report, plan: Plan) -> list[tuple[str, str, str]]:
+    """(value, label, detail) headline numbers for the top of the report; the pair count covers the plan's
+    primary comparisons at its primary phase, the same comparisons the heatmaps draw."""
     t = report.tables
+    phase, primary = plan.primary_phase, plan.comparisons.primary
     out = []
     cov = t["coverage_runs"].records()
     done, started = sum(r["completed"] for r in cov), sum(r["attempts"] for r in cov)
@@ -85,9 +89,10 @@ def highlights(report: Report) -> list[tuple[str, str, str]]:
                 f"of {sum(r['pairs'] for r in pairs)} formed"))
     if "pair_summary" in t:
         s = [r for r in t["pair_summary"].records() if r["group_by"] == "all"
-             and r["evaluator"] == report.identity.evaluator_id and r["phase"] == "final"]
+             and r["evaluator"] == report.identity.evaluator_id and r["phase"] == phase and r["comparison"] in primary]
         n, own = sum(r["pairs"] for r in s), sum(r["both_own"] for r in s)
-        out.append((f"{own}/{n}", "final pairs both OWN", "conditions distinguished"))
+        out.append((f"{own}/{n}", f"{phase} pairs both OWN",
+                    f"conditions distinguished; {' + '.join(primary)} pairs, as in the heatmaps"))
     else:
         out.append(("—", "directional states", "no evaluator reads in this archive"))
     tc = [r["text_change"] for r in t["text_change"].records()]
@@ -98,25 +103,49 @@ def highlights(report: Report) -> list[tuple[str, str, str]]:
     return out
 
 
+def _md_cell(column: str, value: object) -> str:
+    target = link(column, value)
+    text = fmt(value).replace("|", "\\|")
+    return f"[{text}]({target})" if target else text
+
+
+def _md_finding(finding: Finding) -> str:
+    return "".join(f"[{f.text}](#t-{f.table})" if f.table else f.text for f in finding)
+
+
+def banner(report: Report) -> str | None:
+    """The SIMULATOR banner's text, when any agent model or evaluator of the subset is a simulator."""
+    sims = report.identity.simulators
+    if not sims:
+        return None
+    return ("SIMULATOR: these numbers come from offline simulators, not language models, and say nothing "
+            "about any real model: " + "; ".join(sims) + ".")
+
+
 def _md_table(table: Table) -> list[str]:
     if not table.rows:
         return [f"*Empty: {table.empty_reason or 'no rows'}.*"]
     rows, note = table.shown_rows(SHOWN_ROWS)
     lines = ["| " + " | ".join(table.columns) + " |", "|" + "---|" * len(table.columns)]
-    lines += ["| " + " | ".join(fmt(v) for v in r) + " |" for r in rows]
+    lines += ["| " + " | ".join(_md_cell(c, v) for c, v in zip(table.columns, r, strict=True)) + " |" for r in rows]
     return lines + ([f"\n*{note}.*"] if note else [])
 
 
-def render_markdown(report: Report) -> str:
-    """report.md: identity, highlights, sections with figures (files) and tables."""
+def render_markdown(report: Report, plan: Plan) -> str:
+    """report.md: SIMULATOR banner, identity, findings, highlights, sections with figures (files) and tables."""
     i = report.identity
-    lines = [f"# draligned audit report — {i.plan_name}", "",
+    lines = [f"# draligned audit report — {i.plan_name}", ""]
+    if text := banner(report):
+        lines += [f"> **{text}**", ""]
+    lines += [
              f"- plan: `{i.plan_path}` sha256 `{i.plan_sha256}`", f"- evaluator: `{i.evaluator_id}`",
              f"- archive: `{i.archive_path}` sha256 `{i.archive_sha256}` "
              f"({i.runs_in_subset} of {i.runs_in_archive} run attempts in the plan's subset)", ""]
     if i.index_warning:
         lines += [f"> **Warning: {i.index_warning}**", ""]
-    lines += [f"- **{v}** {label} ({detail})" for v, label, detail in highlights(report)] + [""]
+    lines += ["## Findings", ""] + [f"- {_md_finding(f)}" for f in report.findings] + [""]
+    lines += [f"- **{v}** {label} ({detail})" for v, label, detail in highlights(report, plan)] + [""]
+    lines += ["Browse every pair and run: [pairs](pages/pairs/index-1.html) · [runs](pages/runs/index-1.html)", ""]
     for s in report.sections:
         lines += [f"## {s.title}", "", s.intro, ""]
         if s.notice:
@@ -124,19 +153,21 @@ def render_markdown(report: Report) -> str:
         lines += [f"![{f}](figures/{f}.png)\n" for f in s.figures]
         for name in s.tables:
             t = report.tables[name]
-            lines += [f"### {t.title}", "", f"*{t.note}*", ""] + _md_table(t)
+            lines += [f'<a id="t-{name}"></a>', "", f"### {t.title}", "", f"*{t.note}*", ""] + _md_table(t)
             lines += ["", f"<sub>{i.line()} · `{t.computed_by}` · tables/{name}.csv</sub>", ""]
     return "\n".join(lines) + "\n"
 
 
 def write_report(report: Report, plan: Plan, out: str | Path) -> dict[str, Path]:
-    """Write every output under ``out``; returns the main paths."""
+    """Write every output under ``out`` (the pair browser's pages under ``out/pages``); returns the main paths."""
     out = Path(out)
     (out / "figures").mkdir(parents=True, exist_ok=True)
     figs = figures(report, plan)
     for name, data in figs.items():
         (out / "figures" / f"{name}.png").write_bytes(data)
     export_tables(report, out / "tables")
-    (out / "report.md").write_text(render_markdown(report), encoding="utf-8")
-    (out / "report.html").write_text(render_html(report, figs, highlights(report), SHOWN_ROWS), encoding="utf-8")
+    write_pages(report, plan, banner(report), out)
+    (out / "report.md").write_text(render_markdown(report, plan), encoding="utf-8")
+    (out / "report.html").write_text(render_html(report, figs, highlights(report, plan), banner(report), SHOWN_ROWS),
+                                     encoding="utf-8")
     return {"md": out / "report.md", "html": out / "report.html", "tables": out / "tables"}

@@ -1,4 +1,4 @@
-"""`draligned archive verify|reindex|ls|show|stats`."""
+"""`draligned archive verify|reindex|ls|show|stats|text`."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from draligned.archive import Archive, ArchiveError
-from draligned.archive_summary import archive_stats, list_runs
+from draligned.archive_summary import archive_stats, list_runs, run_text
 from draligned.indexing import rebuild, verify
 
 
@@ -32,6 +32,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("archive")
     q.add_argument("run_id")
     q.set_defaults(func=cmd_show)
+    q = s.add_parser("text", help="print a run's texts: the final (default), a draft, its requests or one event")
+    q.add_argument("archive")
+    q.add_argument("run_id")
+    which = q.add_mutually_exclusive_group()
+    which.add_argument("--final", action="store_true", help="the final report (the default)")
+    which.add_argument("--draft", type=int, metavar="N", help="draft version N")
+    which.add_argument("--requests", action="store_true", help="the search queries and page reads, in order")
+    which.add_argument("--event", metavar="EVENT_ID", help="one event's texts, e.g. e0007")
+    q.set_defaults(func=_clean_errors(cmd_text))
 
 
 def _clean_errors(func):
@@ -100,6 +109,11 @@ def cmd_ls(args: argparse.Namespace) -> int:
     for run in list_runs(Archive(args.archive)):
         table.add_row(*(str(x) for x in run.model_dump().values()))
     Console(width=160).print(table)
+    return 0
+
+
+def cmd_text(args: argparse.Namespace) -> int:
+    print(run_text(Archive(args.archive), args.run_id, draft=args.draft, requests=args.requests, event=args.event))
     return 0
 
 

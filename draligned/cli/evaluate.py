@@ -15,6 +15,7 @@ from draligned.archive.store import Archive, ArchiveError
 from draligned.evaluator.aggregate import STATES
 from draligned.evaluator.agreement import between_evaluators, between_reads
 from draligned.evaluator.config import EvaluatorError, load_evaluator
+from draligned.evaluator.evidence import pair_chain
 from draligned.evaluator.packets import Phase
 from draligned.evaluator.review import export_sheet, import_answers
 from draligned.evaluator.states import PairCell, document_order, pair_cells, pair_matrix, state_rows
@@ -36,6 +37,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--evaluator", required=True, help="evaluator id")
     s.add_argument("--json", action="store_true", help="one JSON object per (run, phase, document, axis)")
     s.add_argument("--pairs", action="store_true", help="with --json: one object per pair and document")
+    s.add_argument("--pair", metavar="PAIR", help="one pair's decision chain (read 1 / read 2 -> decision -> state "
+                                                  "per document, paper Table 22); ids as in the report's pair table")
     s.set_defaults(func=cmd_states)
     a = sub.add_parser("agreement", help="exact agreement and Cohen's kappa per phase")
     a.add_argument("archive")
@@ -98,6 +101,8 @@ def cmd_states(args: argparse.Namespace) -> int:
         print(f"error: evaluator {args.evaluator!r} has not read {archive.root} (read by: {known})",
               file=sys.stderr)
         return 2
+    if args.pair:
+        return print_pair_chain(archive, args.evaluator, args.pair, args.json)
     rows = state_rows(archive, args.evaluator)
     if args.json and args.pairs:
         for cell in pair_cells(archive, rows):
@@ -115,6 +120,26 @@ def cmd_states(args: argparse.Namespace) -> int:
     cells = pair_cells(archive, rows)
     for doc in sorted({c.document for c in cells}, key=document_order):
         print_pair_matrix(cells, doc)
+    return 0
+
+
+def print_pair_chain(archive: Archive, evaluator_id: str, pair: str, as_json: bool) -> int:
+    try:
+        chain = pair_chain(archive, evaluator_id, pair)
+    except KeyError as exc:
+        print(f"error: {exc.args[0]}", file=sys.stderr)
+        return 2
+    if as_json:
+        print(chain.model_dump_json())
+        return 0
+    arm_a, arm_b = chain.comparison.split("-")
+    print(f"pair {chain.pair}: card {chain.card_id}, factor {chain.axis_id}, arm {arm_a} run {chain.runs[0]}, "
+          f"arm {arm_b} run {chain.runs[1]}")
+    print(f"  P: {chain.endpoints['P']}\n  Q: {chain.endpoints['Q']}")
+    for step in chain.steps:
+        print(f"{step.document}:")
+        for arm, reads, d in ((arm_a, step.a_reads, step.a), (arm_b, step.b_reads, step.b)):
+            print(f"  arm {arm}: {' / '.join(reads) or '-'} -> {d.reason} -> {d.state}")
     return 0
 
 

@@ -87,7 +87,7 @@ class PairCell(Record):
 Unread = Literal["LEAK_BLOCKED", "NOT_READ"]
 
 
-def _outcome(m: Manifest | None, reads: dict[str, ReadRecord]) -> ReadRecord | None | Unread:
+def read_outcome(m: Manifest | None, reads: dict[str, ReadRecord]) -> ReadRecord | None | Unread:
     """The read of one packet; None for READ_FAILED, or why there is no read at all."""
     if m is None:
         return "NOT_READ"
@@ -110,7 +110,7 @@ def _missing(outcomes: list[ReadRecord | None | Unread]) -> StateDecision | None
 Units = dict[tuple[str, str, int], dict[int, Manifest]]
 
 
-def _request_decision(run_id: str, has_requests: bool, units: Units, reads: dict[str, ReadRecord],
+def request_decision(run_id: str, has_requests: bool, units: Units, reads: dict[str, ReadRecord],
                       axis_id: str, assigned: Endpoint) -> StateDecision:
     """Request readout of a run on one axis from every request chunk's two reads."""
     chunks = [units[k] for k in sorted(k for k in units if k[:2] == (run_id, "requests"))]
@@ -118,7 +118,7 @@ def _request_decision(run_id: str, has_requests: bool, units: Units, reads: dict
         return StateDecision(state="MISSING", reason="NOT_READ")
     pairs: list[tuple[RestoredSide | None, RestoredSide | None]] = []
     for chunk in chunks:
-        outs = [_outcome(chunk.get(n), reads) for n in (1, 2)]
+        outs = [read_outcome(chunk.get(n), reads) for n in (1, 2)]
         if missing := _missing(outs):
             return missing
         sides = [{lab.request_id: lab.side for lab in o.labels if lab.axis_id == axis_id}
@@ -127,13 +127,13 @@ def _request_decision(run_id: str, has_requests: bool, units: Units, reads: dict
     return request_readout(pairs, assigned)
 
 
-def _document_decision(reads_of_unit: dict[int, Manifest] | None, present: bool,
+def document_decision(reads_of_unit: dict[int, Manifest] | None, present: bool,
                        reads: dict[str, ReadRecord], axis_id: str,
                        assigned: Endpoint) -> tuple[StateDecision, list[ReadLabel]]:
     """State of one document on one axis and the two read labels it came from."""
     if not present:
         return document_state(None, None, assigned, has_document=False), []
-    outs = [_outcome((reads_of_unit or {}).get(n), reads) for n in (1, 2)]
+    outs = [read_outcome((reads_of_unit or {}).get(n), reads) for n in (1, 2)]
     if missing := _missing(outs):
         return missing, []
     r1, r2 = (read_label(o.items, axis_id) if isinstance(o, ReadRecord) else None for o in outs)
@@ -166,11 +166,11 @@ def _run_rows(evaluator_id: str, record: RunRecord, card: Card, units: Units,
     for f in card.factors:
         assigned = card.endpoint_for(record.slot.arm, f.factor_id)
         if "requests" in phases:
-            decision = _request_decision(record.run_id, has_requests, units, reads, f.factor_id, assigned)
+            decision = request_decision(record.run_id, has_requests, units, reads, f.factor_id, assigned)
             rows.append(StateRow(**base, phase="requests", document="requests", axis_id=f.factor_id,
                                  assigned=assigned, decision=decision))
         for doc in docs:
-            decision, labels = _document_decision(units.get((record.run_id, doc, 0)), doc in existing,
+            decision, labels = document_decision(units.get((record.run_id, doc, 0)), doc in existing,
                                                   reads, f.factor_id, assigned)
             rows.append(StateRow(**base, phase=phase_of(doc), document=doc,
                                  axis_id=f.factor_id, assigned=assigned, decision=decision, reads=labels))
