@@ -14,14 +14,17 @@ import json
 import os
 import time
 from abc import abstractmethod
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from draligned.models.base import ModelAPI, ModelDeclaration, ModelError
 from draligned.models.retry import Failure, GaveUp, call_with_retries, status_failure
-from draligned.records import Message, ModelReply, ToolSpec
+from draligned.records import Message, ModelAttempt, ModelReply, ToolSpec
 
 #: Sent as the key when a model declares no ``api_key_env`` (local servers that need none).
 NO_KEY = "no-key"
+
+T = TypeVar("T")
 
 
 class RemoteModel(ModelAPI):
@@ -94,19 +97,19 @@ class RemoteModel(ModelAPI):
         async with self._gate:
             return await self.post(self._client, body, self.declaration.retry.timeout_s)
 
-    async def generate(self, messages: list[Message], tools: list[ToolSpec], seed: int) -> ModelReply:
-        """One model call: build the body, send it with retries, read the reply.
-
-        ``seed`` is not sent (most APIs ignore or reject it); the replay cache keys on it.
-        """
+    def client(self) -> Any:
+        """The SDK client, made on first use with the key from the environment (shared by the
+        synchronous calls and the batch transport)."""
         if self._client is None:
             self._key = self.api_key()
             self._client = self.make_client(self._key)
-        body = self.build_body(messages, tools)
-        started = time.perf_counter()
+        return self._client
+
+    async def with_retries(self, attempt_once: Callable[[], Awaitable[T]]) -> tuple[T, list[ModelAttempt]]:
+        """Run one API call (a model call, or a batch upload, poll or download) with the model's retries;
+        a ModelError naming the model, the status and how it ended when they give up."""
         try:
-            (sent, raw), attempts = await call_with_retries(
-                lambda: self._attempt(body), self.classify, self.declaration.retry)
+            return await call_with_retries(attempt_once, self.classify, self.declaration.retry)
         except GaveUp as exc:
             f = exc.failure
             how = "failed fast (not retried)" if not f.retryable else f"gave up after {len(exc.attempts)} attempt(s)"
@@ -114,7 +117,22 @@ class RemoteModel(ModelAPI):
             hint = (" — check base_url: the host root for anthropic, including /v1 for openai"
                     if f.status_code == 404 else "")
             raise ModelError(f"{self.label}: {status}{f.error}: {f.message} ({how}){hint}", exc.attempts) from None
-        latency = time.perf_counter() - started
+
+    async def generate(self, messages: list[Message], tools: list[ToolSpec], seed: int) -> ModelReply:
+        """One model call: build the body, send it with retries, read the reply.
+
+        ``seed`` is not sent (most APIs ignore or reject it); the replay cache keys on it.
+        """
+        self.client()
+        body = self.build_body(messages, tools)
+        started = time.perf_counter()
+        (sent, raw), attempts = await self.with_retries(lambda: self._attempt(body))
+        return self.parse_reply(raw, json.loads(sent), time.perf_counter() - started, attempts)
+
+    def parse_reply(self, raw: str, request_body: dict[str, Any], latency_s: float = 0.0,
+                    attempts: list[ModelAttempt] | None = None) -> ModelReply:
+        """A reply body as received (the synchronous response, or a batch line's body) as a ModelReply:
+        the key redacted if echoed, the JSON read by the protocol; ModelError if it is not a JSON object."""
         echoed, raw = self.redact(raw) != raw, self.redact(raw)  # a key echoed back is never archived
         try:
             data = json.loads(raw)
@@ -126,5 +144,5 @@ class RemoteModel(ModelAPI):
         fields = self.read_reply(data)
         if echoed:
             fields["anomalies"].append("the reply contained the API key; it was redacted before archiving")
-        return ModelReply(**fields, request_body=json.loads(sent), raw_response=raw, latency_s=latency,
-                          attempts=attempts)
+        return ModelReply(**fields, request_body=request_body, raw_response=raw, latency_s=latency_s,
+                          attempts=attempts or [])
