@@ -115,12 +115,13 @@ class _Server:
     def root(self) -> str:
         return f"http://127.0.0.1:{self.httpd.server_address[1]}"
 
-    def release(self) -> None:
-        self.held.set()
-
     def __enter__(self) -> Self:
         self.thread.start()
         return self
+
+    def release(self) -> None:
+        """Let held batches finish."""
+        self.held.set()
 
     def __exit__(self, *exc: object) -> None:
         self.httpd.shutdown()

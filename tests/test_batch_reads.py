@@ -21,6 +21,8 @@ from draligned.evaluator.config import Evaluator, load_evaluator
 from draligned.evaluator.reading import read_archive
 from draligned.evaluator.storage import ReadStore
 from draligned.indexing import connect
+from draligned.models.batch import BatchLine, chunks
+from draligned.models.batch_openai import OpenAIBatch
 from tests.batch_servers import AnthropicBatchServer, OpenAIBatchServer
 from tests.conftest import DemoRun
 from tests.study_helpers import REPO
@@ -282,3 +284,23 @@ def test_a_killed_read_resumes_polling_the_same_batch_without_resubmitting(archi
         rows = con.execute("SELECT DISTINCT transport, batch_id FROM reads WHERE evaluator_id = ?",
                            [job.evaluator_id]).fetchall()
     assert rows == [("batch", job.batch_id)]
+
+
+def test_jobs_are_split_by_lines_and_by_bytes():
+    lines = [BatchLine(f"id{n}", {"model": "m", "text": "x" * size}) for n, size in enumerate([10, 10, 10, 200, 10])]
+    one = len(json.dumps(lines[0].body, separators=(",", ":")))
+    by_count = chunks(lines, 2, 10_000)
+    assert [[x.custom_id for x in job] for job in by_count] == [["id0", "id1"], ["id2", "id3"], ["id4"]]
+    by_size = chunks(lines, 100, 3 * one)
+    assert [[x.custom_id for x in job] for job in by_size] == [["id0", "id1", "id2"], ["id3"], ["id4"]]
+
+
+def test_many_jobs_are_submitted_once_each_and_all_ingested(archive, tmp_path, monkeypatch):
+    monkeypatch.setattr(OpenAIBatch, "max_lines", 3)
+    with OpenAIBatchServer() as server:
+        ev = make(tmp_path, "many-jobs", "openai-chat", server)
+        summary = batch(archive, ev)
+    jobs = ReadStore(archive, ev.evaluator_id).batches()
+    lines = [c for job, _ in jobs for c in job.custom_ids]
+    assert server.creates == len(jobs) == len(summary.batches_submitted) == -(-len(lines) // 3) > 1
+    assert len(set(lines)) == len(lines) == summary.read_ok and all(end is not None for _, end in jobs)

@@ -31,7 +31,7 @@ from draligned.evaluator.reading import (
 )
 from draligned.evaluator.storage import BatchClosed, BatchRecord, ReadRecord, ReadStore
 from draligned.models.base import ModelAPI, ModelError, get_model
-from draligned.models.batch import BatchAPI, BatchLine, BatchStatus, LineResult, batch_api, poll
+from draligned.models.batch import BatchAPI, BatchLine, BatchStatus, LineResult, batch_api, chunks, poll
 from draligned.records import Record, Usage
 
 #: Seconds between polls of a running job (``read --batch --poll-s``).
@@ -66,11 +66,9 @@ async def read_archive_batch(archive: Archive, evaluator: Evaluator, phases: Ite
     store, summary, todo = pending_reads(archive, evaluator, phases)
     jobs = store.open_batches()
     summary.batches_resumed = [j.batch_id for j in jobs]
-    pending = list(todo.values())
-    for start in range(0, len(pending), api.max_lines):
-        chunk = pending[start:start + api.max_lines]
-        lines = [BatchLine(p.manifest.packet_id, api.model.build_body(packet_messages(p.prompt), []))
-                 for p in chunk]
+    pending = [BatchLine(p.manifest.packet_id, api.model.build_body(packet_messages(p.prompt), []))
+               for p in todo.values()]
+    for lines in chunks(pending, api.max_lines, api.max_bytes):
         batch_id = await api.submit(lines)
         job = BatchRecord(batch_id=batch_id, evaluator_id=evaluator.evaluator_id,
                           protocol=model.declaration.protocol, base_url=model.declaration.base_url,

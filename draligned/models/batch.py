@@ -70,8 +70,10 @@ class BatchStatus(Record):
 class BatchAPI(ABC):
     """One provider's batch endpoints, driven through a real model's SDK client and retries."""
 
-    #: Most lines one job may hold (the provider's documented limit).
+    #: Most lines one job may hold, and most bytes of request bodies (the provider's documented limits,
+    #: the byte limit with a margin for the line framing).
     max_lines: int
+    max_bytes: int
 
     def __init__(self, model: RemoteModel) -> None:
         self.model = model
@@ -103,6 +105,35 @@ class BatchAPI(ABC):
         assert result.body is not None
         reply = self.model.parse_reply(json.dumps(result.body, ensure_ascii=False), request_body)
         return reply.model_copy(update={"raw_response": result.raw})
+
+
+def chunks(lines: Sequence[BatchLine], max_lines: int, max_bytes: int) -> list[list[BatchLine]]:
+    """``lines`` in order, split into jobs of at most ``max_lines`` lines and ``max_bytes`` bytes of bodies
+    (a single line larger than ``max_bytes`` gets a job of its own: the provider names it if it refuses)."""
+    jobs: list[list[BatchLine]] = []
+    size = 0
+    for line in lines:
+        n = len(json.dumps(line.body, separators=(",", ":"), ensure_ascii=False).encode())
+        if not jobs or len(jobs[-1]) >= max_lines or size + n > max_bytes:
+            jobs.append([])
+            size = 0
+        jobs[-1].append(line)
+        size += n
+    return jobs
+
+
+def result_lines(text: str, classify: Callable[[dict[str, Any], str], LineResult]) -> dict[str, LineResult]:
+    """The results of a JSONL results file by custom_id (the first line of an id wins; a line that is not a
+    JSON object with a string custom_id is skipped); ``classify`` reads one (parsed, raw) line."""
+    found: dict[str, LineResult] = {}
+    for raw in text.splitlines():
+        try:
+            data = json.loads(raw) if raw.strip() else None
+        except ValueError:
+            continue
+        if isinstance(data, dict) and isinstance(data.get("custom_id"), str):
+            found.setdefault(data["custom_id"], classify(data, raw))
+    return found
 
 
 def line_for(custom_ids: Sequence[str], line: object) -> str:

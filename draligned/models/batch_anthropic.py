@@ -10,27 +10,21 @@ messages call sends. A request the API refuses at creation is named by its index
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from typing import Any
 
+from draligned.models import batch
 from draligned.models.base import ModelError
-from draligned.models.batch import BatchAPI, BatchLine, BatchStatus, LineResult, Outcome, line_for, missing
+from draligned.models.batch import BatchAPI, BatchLine, BatchStatus, LineResult, Outcome
 
 _INDEX = re.compile(r"requests\.(\d+)")
 _OUTCOMES: dict[str, Outcome] = {"succeeded": "succeeded", "errored": "errored", "canceled": "canceled",
                                  "expired": "expired"}
 
 
-def classify_line(raw: str) -> LineResult | None:
-    """One results line; None when it is not a JSON object with a custom_id."""
-    try:
-        data = json.loads(raw)
-    except ValueError:
-        return None
-    if not isinstance(data, dict) or not isinstance(data.get("custom_id"), str):
-        return None
+def classify_line(data: dict[str, Any], raw: str) -> LineResult:
+    """One results line."""
     result: dict[str, Any] = data["result"] if isinstance(data.get("result"), dict) else {}
     outcome: Outcome = _OUTCOMES.get(str(result.get("type")), "errored")
     message = result.get("message")
@@ -47,24 +41,25 @@ class AnthropicBatch(BatchAPI):
     """Message Batches through the official ``anthropic`` SDK."""
 
     max_lines = 100_000
+    max_bytes = 240_000_000
 
     async def submit(self, lines: Sequence[BatchLine]) -> str:
         client = self.model.client()
         requests = [{"custom_id": x.custom_id, "params": x.body} for x in lines]
         try:
-            batch = await self.call(lambda: client.messages.batches.create(requests=requests))
+            job = await self.call(lambda: client.messages.batches.create(requests=requests))
         except ModelError as exc:
             if m := _INDEX.search(str(exc)):
-                where = line_for([x.custom_id for x in lines], int(m.group(1)) + 1)
+                where = batch.line_for([x.custom_id for x in lines], int(m.group(1)) + 1)
                 raise ModelError(f"the batch failed validation at {where}: {exc}", exc.attempts) from None
             raise
-        return str(batch.id)
+        return str(job.id)
 
     @staticmethod
-    def _status(batch: Any) -> BatchStatus:
-        counts = batch.request_counts.model_dump() if batch.request_counts is not None else {}
-        return BatchStatus(batch_id=batch.id, status=batch.processing_status,
-                           ended=batch.processing_status == "ended",
+    def _status(job: Any) -> BatchStatus:
+        counts = job.request_counts.model_dump() if job.request_counts is not None else {}
+        return BatchStatus(batch_id=job.id, status=job.processing_status,
+                           ended=job.processing_status == "ended",
                            counts={k: int(v) for k, v in counts.items() if isinstance(v, int)})
 
     async def retrieve(self, batch_id: str, custom_ids: Sequence[str]) -> BatchStatus:
@@ -82,9 +77,5 @@ class AnthropicBatch(BatchAPI):
             decoder = await client.messages.batches.results(batch_id)
             return bytes(await decoder.http_response.aread())
 
-        found: dict[str, LineResult] = {}
-        for raw in self.model.redact((await self.call(download)).decode("utf-8")).splitlines():
-            result = classify_line(raw) if raw.strip() else None
-            if result is not None:
-                found.setdefault(result.custom_id, result)
-        return missing(custom_ids, found, "errored")
+        found = batch.result_lines(self.model.redact((await self.call(download)).decode("utf-8")), classify_line)
+        return batch.missing(custom_ids, found, "errored")

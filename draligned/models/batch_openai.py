@@ -18,7 +18,16 @@ from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
-from draligned.models.batch import BatchAPI, BatchLine, BatchStatus, LineResult, Outcome, line_for, missing
+from draligned.models.batch import (
+    BatchAPI,
+    BatchLine,
+    BatchStatus,
+    LineResult,
+    Outcome,
+    line_for,
+    missing,
+    result_lines,
+)
 from draligned.models.remote import RemoteModel
 
 ENDED = frozenset({"completed", "failed", "expired", "cancelled"})
@@ -31,14 +40,8 @@ def jsonl(lines: Sequence[BatchLine], endpoint: str) -> bytes:
                                separators=(",", ":"), ensure_ascii=False).encode() + b"\n" for x in lines)
 
 
-def classify_line(raw: str) -> LineResult | None:
-    """One line of an output or error file; None when it is not a JSON object with a custom_id."""
-    try:
-        data = json.loads(raw)
-    except ValueError:
-        return None
-    if not isinstance(data, dict) or not isinstance(data.get("custom_id"), str):
-        return None
+def classify_line(data: dict[str, Any], raw: str) -> LineResult:
+    """One line of an output or error file."""
     cid, error, response = data["custom_id"], data.get("error"), data.get("response")
     if isinstance(error, dict) and error:
         code = str(error.get("code") or "error")
@@ -57,6 +60,7 @@ class OpenAIBatch(BatchAPI):
     """``/v1/files`` + ``/v1/batches`` through the official ``openai`` SDK."""
 
     max_lines = 50_000
+    max_bytes = 190_000_000
 
     def __init__(self, model: RemoteModel, endpoint: str) -> None:
         super().__init__(model)
@@ -95,11 +99,7 @@ class OpenAIBatch(BatchAPI):
         batch = await self.call(lambda: client.batches.retrieve(batch_id))
         found: dict[str, LineResult] = {}
         for file_id in (batch.output_file_id, batch.error_file_id):
-            if not file_id:
-                continue
-            content = await self.call(partial(client.files.content, file_id))
-            for raw in self.model.redact(content.text).splitlines():
-                result = classify_line(raw) if raw.strip() else None
-                if result is not None:
-                    found.setdefault(result.custom_id, result)
+            if file_id:
+                content = await self.call(partial(client.files.content, file_id))
+                found = result_lines(self.model.redact(content.text), classify_line) | found
         return missing(custom_ids, found, _WHY.get(batch.status, "errored"))
