@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -257,8 +258,8 @@ def test_a_synchronous_read_leaves_packets_of_an_open_batch_to_it(archive, tmp_p
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("protocol", ["openai-chat", "anthropic"])
-def test_a_killed_read_resumes_polling_the_same_batch_without_resubmitting(archive, tmp_path, protocol):
+@pytest.mark.parametrize(("protocol", "how"), [("openai-chat", signal.SIGINT), ("anthropic", signal.SIGKILL)])
+def test_a_killed_read_resumes_polling_the_same_batch_without_resubmitting(archive, tmp_path, protocol, how):
     with server_for(protocol, hold=True) as server:
         toml = evaluator_file(tmp_path, f"killed-{protocol}", protocol, server.base_url)
         cmd = [sys.executable, "-m", "draligned.cli", "read", str(archive.root), "--evaluator", str(toml),
@@ -269,8 +270,9 @@ def test_a_killed_read_resumes_polling_the_same_batch_without_resubmitting(archi
             while not server.retrieved.wait(0.05):  # until the submitted batch has been polled once
                 assert proc.poll() is None, proc.communicate()[1].decode()
         finally:
-            proc.kill()
-            proc.wait()
+            proc.send_signal(how)
+            code = proc.wait()
+        assert code == (130 if how == signal.SIGINT else -signal.SIGKILL)
         store = ReadStore(archive, f"killed-{protocol}")
         [job] = store.open_batches()  # persisted before polling began
         assert server.creates == 1 and read_files(archive, job.evaluator_id) == {}

@@ -89,6 +89,10 @@ def cmd_read(args: argparse.Namespace) -> int:
     except (EvaluatorError, ArchiveError, ModelError) as exc:
         console.print(f"[red]error:[/red] {exc}")
         return 2
+    except KeyboardInterrupt:
+        console.print("interrupted: submitted batch jobs are recorded in the archive; the same command resumes "
+                      "polling them (reads made so far are kept)")
+        return 130
     print(json.dumps(summary.model_dump(mode="json")))
     for err in summary.model_errors:
         console.print(f"[yellow]unread (model error):[/yellow] {err}")
