@@ -6,6 +6,7 @@ and prints their results, and the demo (draligned.demo) chains them.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,12 +14,14 @@ from draligned.analysis.plan import load_plan
 from draligned.archive import Archive, ArchiveError
 from draligned.cards import CardError
 from draligned.cess.archive_runs import CessRun
+from draligned.evaluator.batching import POLL_S, BatchView, batch_views, cancel_batches, read_archive_batch
 from draligned.evaluator.config import Evaluator
 from draligned.evaluator.packets import Phase
 from draligned.evaluator.reading import PHASES, ReadSummary, read_archive
 from draligned.harness import ContractError
 from draligned.indexing import connect, ensure, rebuild
 from draligned.models import ModelError
+from draligned.models.batch import BatchStatus
 from draligned.models.cache import CacheMode
 from draligned.runner import ProgressCallback, StudyResult, run_study
 from draligned.study import StudyError, load_study
@@ -57,12 +60,26 @@ def run_study_file(path: str | Path, archive: str | Path | None = None, cache: C
         raise StudyInterrupted(interrupted.root) from None
 
 
-def read_and_index(archive: Archive, evaluator: Evaluator, phases: tuple[Phase, ...] = PHASES) -> ReadSummary:
-    """Read the archive with the evaluator (idempotent, resumable), then rebuild its index so that the
-    reads' tables are in it; raises ArchiveError or ModelError."""
-    summary = asyncio.run(read_archive(archive, evaluator, phases))
+def read_and_index(archive: Archive, evaluator: Evaluator, phases: tuple[Phase, ...] = PHASES, batch: bool = False,
+                   poll_s: float = POLL_S, seen: Callable[[BatchStatus], None] | None = None) -> ReadSummary:
+    """Read the archive with the evaluator (idempotent, resumable), synchronously or (``batch``) as provider
+    batch jobs polled every ``poll_s`` seconds (``seen`` gets each status), then rebuild its index so that the
+    reads' tables are in it; raises ArchiveError, EvaluatorError or ModelError."""
+    reading = (read_archive_batch(archive, evaluator, phases, poll_s=poll_s, seen=seen) if batch
+               else read_archive(archive, evaluator, phases))
+    summary = asyncio.run(reading)
     rebuild(archive)
     return summary
+
+
+def batch_status(archive: Archive, evaluator: Evaluator) -> list[BatchView]:
+    """Where each of the evaluator's batch jobs stands (``read --batch --status``); open ones asked live."""
+    return asyncio.run(batch_views(archive, evaluator))
+
+
+def cancel_batch_jobs(archive: Archive, evaluator: Evaluator) -> list[BatchStatus]:
+    """Cancel the evaluator's open batch jobs (``read --batch --cancel``); the next ``read --batch`` ingests them."""
+    return asyncio.run(cancel_batches(archive, evaluator))
 
 
 def load_cess_runs(archive: Archive) -> list[CessRun]:

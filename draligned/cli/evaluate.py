@@ -14,6 +14,7 @@ from rich.table import Table
 from draligned.archive.store import Archive, ArchiveError
 from draligned.evaluator.aggregate import STATES
 from draligned.evaluator.agreement import between_evaluators, between_reads
+from draligned.evaluator.batching import POLL_S
 from draligned.evaluator.config import EvaluatorError, load_evaluator
 from draligned.evaluator.evidence import pair_chain
 from draligned.evaluator.packets import Phase
@@ -21,7 +22,7 @@ from draligned.evaluator.review import export_sheet, import_answers
 from draligned.evaluator.states import PairCell, document_order, pair_cells, pair_matrix, state_rows
 from draligned.evaluator.storage import ReadStore
 from draligned.models import ModelError
-from draligned.workflow import read_and_index
+from draligned.workflow import batch_status, cancel_batch_jobs, read_and_index
 
 _PHASE_ALIASES: dict[str, Phase] = {"requests": "requests", "drafts": "draft", "draft": "draft", "final": "final"}
 
@@ -31,6 +32,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("archive")
     r.add_argument("--evaluator", required=True, help="evaluator TOML file")
     r.add_argument("--phase", default="requests,drafts,final", help="comma list of requests,drafts,final")
+    r.add_argument("--batch", action="store_true",
+                   help="send pending reads as provider batch jobs (OpenAI Batch API, Anthropic Message Batches), "
+                        "poll until they end and ingest them; a rerun resumes the same jobs")
+    r.add_argument("--status", action="store_true", help="with --batch: show where each batch job stands")
+    r.add_argument("--cancel", action="store_true", help="with --batch: cancel the open batch jobs")
+    r.add_argument("--poll-s", type=float, default=POLL_S, help="with --batch: seconds between polls")
     r.set_defaults(func=cmd_read)
     s = sub.add_parser("states", help="directional states from an evaluator's reads")
     s.add_argument("archive")
@@ -69,16 +76,32 @@ def parse_phases(text: str) -> list[Phase]:
 
 def cmd_read(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
+    if (args.status or args.cancel) and not args.batch:
+        console.print("[red]error:[/red] --status and --cancel go with --batch")
+        return 2
     try:
-        summary = read_and_index(Archive(args.archive), load_evaluator(args.evaluator),
-                                 tuple(parse_phases(args.phase)))
+        archive, evaluator = Archive(args.archive), load_evaluator(args.evaluator)
+        if args.status or args.cancel:
+            shown = (batch_status(archive, evaluator) if args.status else cancel_batch_jobs(archive, evaluator))
+            for item in shown:
+                print(json.dumps(item.model_dump(mode="json")))
+            return 0
+        summary = read_and_index(archive, evaluator, tuple(parse_phases(args.phase)), batch=args.batch,
+                                 poll_s=args.poll_s, seen=lambda s: console.print(
+                                     f"batch {s.batch_id}: {s.status} {json.dumps(s.counts)}"))
     except (EvaluatorError, ArchiveError, ModelError) as exc:
         console.print(f"[red]error:[/red] {exc}")
         return 2
+    except KeyboardInterrupt:
+        console.print("interrupted: submitted batch jobs are recorded in the archive; the same command resumes "
+                      "polling them (reads made so far are kept)")
+        return 130
     print(json.dumps(summary.model_dump(mode="json")))
     for err in summary.model_errors:
         console.print(f"[yellow]unread (model error):[/yellow] {err}")
-    return 1 if summary.model_errors else 0
+    for err in summary.lines_failed:
+        console.print(f"[yellow]unread (batch line):[/yellow] {err}")
+    return 1 if summary.model_errors or summary.lines_failed else 0
 
 
 def print_pair_matrix(cells: list[PairCell], document: str = "final", title: str | None = None) -> None:

@@ -1,7 +1,9 @@
 """Evaluator tables of the DuckDB index, rebuilt from the read files like the run tables.
 
-Tables: packets (one row per manifest), reads, items (document reads), labels (read labels of
-documents per axis, and request labels), states (one row per run, phase, document, axis).
+Tables: packets (one row per manifest), reads (with their transport: sync, or batch with the job and
+line ids; a packet whose batch line failed and is not read yet shows that READ_FAILED line), items
+(document reads), labels (read labels of documents per axis, and request labels), states (one row per
+run, phase, document, axis).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ SCHEMA = """
 CREATE TABLE packets (evaluator_id TEXT, packet_id TEXT, run_id TEXT, phase TEXT, document TEXT,
   chunk INTEGER, read INTEGER, alpha_is_p BOOLEAN, kind TEXT, template_sha256 TEXT, blocked TEXT);
 CREATE TABLE reads (evaluator_id TEXT, packet_id TEXT, status TEXT, error TEXT,
-  raw_response_blob TEXT, text_blob TEXT, output_tokens BIGINT);
+  raw_response_blob TEXT, text_blob TEXT, output_tokens BIGINT, transport TEXT, batch_id TEXT, line_id TEXT);
 CREATE TABLE items (evaluator_id TEXT, packet_id TEXT, seq INTEGER, axis_id TEXT, kind TEXT,
   status TEXT, side TEXT, source_ids TEXT, entity_key TEXT, condition_status TEXT);
 CREATE TABLE labels (evaluator_id TEXT, packet_id TEXT, axis_id TEXT, request_id TEXT, label TEXT,
@@ -43,7 +45,7 @@ def evaluator_rows(archive: Archive, records: Sequence[RunRecord]) -> Rows:
                                m.kind, m.template_sha256, json.dumps(m.blocked) if m.blocked else None)
                               for m in manifests]
         tables["reads"] += [(eid, r.packet_id, r.status, r.error, r.raw_response_blob, r.text_blob,
-                             r.usage.output_tokens) for r in reads.values()]
+                             r.usage.output_tokens, r.transport, r.batch_id, r.line_id) for r in reads.values()]
         tables["items"] += [(eid, r.packet_id, n, i.axis_id, i.kind, i.status, i.side,
                              json.dumps(i.source_ids), i.entity_key, i.condition_status)
                             for r in reads.values() for n, i in enumerate(r.items)]

@@ -20,6 +20,7 @@ from draligned.cards import Card
 from draligned.evaluator.config import Evaluator, EvaluatorError
 from draligned.evaluator.ingest import ingest
 from draligned.evaluator.packets import (
+    Manifest,
     Packet,
     Phase,
     build_packets,
@@ -29,7 +30,7 @@ from draligned.evaluator.packets import (
 )
 from draligned.evaluator.storage import ReadRecord, ReadStore
 from draligned.models.base import PROTOCOLS, ModelAPI, get_model
-from draligned.records import Message, Record, RunRecord
+from draligned.records import Message, ModelReply, Record, RunRecord
 
 PHASES: tuple[Phase, ...] = ("requests", "draft", "final")
 
@@ -52,7 +53,23 @@ class ReadSummary(Record):
     read_failed: int = 0
     """Packets read now whose response failed ingest (READ_FAILED)."""
     model_errors: list[str] = []
-    """Packets left unread because the model call raised (tried again next time)."""
+    """Packets left unread because the model call raised (tried again next time), and batch jobs that
+    failed validation (their lines are submitted again next time)."""
+    lines_failed: list[str] = []
+    """Batch lines that errored, expired or were canceled: kept as READ_FAILED, read again next time."""
+    in_batch: int = 0
+    """Packets not read synchronously because an open batch job holds them (``read --batch`` ingests them)."""
+    batches_submitted: list[str] = []
+    """Batch jobs this call submitted (``--batch``)."""
+    batches_resumed: list[str] = []
+    """Batch jobs an earlier call submitted that this call polled and ingested (``--batch``)."""
+
+    def count(self, record: ReadRecord) -> None:
+        """Count a read made now."""
+        if record.status == "OK":
+            self.read_ok += 1
+        else:
+            self.read_failed += 1
 
 
 def pair_key(record: RunRecord) -> tuple:
@@ -93,21 +110,40 @@ def collect_packets(archive: Archive, evaluator: Evaluator, phases: Iterable[Pha
     return packets
 
 
-async def _read_one(model: ModelAPI, evaluator: Evaluator, store: ReadStore, packet: Packet) -> ReadRecord:
-    m = packet.manifest
-    reply = await model.generate([Message(role="user", content=packet.prompt)], [], int(m.packet_id[:8], 16))
+def packet_messages(packet_prompt: str) -> list[Message]:
+    """What an evaluator model is sent for a packet: its prompt as the one user message."""
+    return [Message(role="user", content=packet_prompt)]
+
+
+def read_record(evaluator: Evaluator, store: ReadStore, manifest: Manifest, reply: ModelReply,
+                batch: tuple[str, str] | None = None) -> ReadRecord:
+    """Archive a reply's raw response (before anything is parsed), ingest its text and store the read;
+    ``batch`` is (batch id, line id) for a line of a batch job, None for a synchronous read."""
     raw_blob = store.archive.put_blob(reply.raw_response)  # archived before anything is parsed
     text_blob = store.archive.put_blob(reply.text or "")
-    outcome = ingest(reply.text, m, evaluator.schemas[m.kind])
+    outcome = ingest(reply.text, manifest, evaluator.schemas[manifest.kind])
     record = ReadRecord(
-        packet_id=m.packet_id, evaluator_id=evaluator.evaluator_id,
+        packet_id=manifest.packet_id, evaluator_id=evaluator.evaluator_id,
         status="OK" if outcome.ok else "READ_FAILED", error=outcome.error,
         raw_response_blob=raw_blob, text_blob=text_blob, model_echo=reply.model_echo,
         finish_reason=reply.finish_reason, usage=reply.usage, file_sha256=evaluator.file_sha256,
         items=outcome.items, labels=outcome.labels, gateway=reply.gateway,
-        headers_blob=None if reply.response_headers is None else store.archive.put_json_blob(reply.response_headers))
+        headers_blob=None if reply.response_headers is None else store.archive.put_json_blob(reply.response_headers),
+        transport="batch" if batch else "sync", batch_id=batch[0] if batch else None,
+        line_id=batch[1] if batch else None)
     store.put_read(record)
     return record
+
+
+async def _read_one(model: ModelAPI, evaluator: Evaluator, store: ReadStore, packet: Packet) -> ReadRecord:
+    m = packet.manifest
+    reply = await model.generate(packet_messages(packet.prompt), [], seed_of(m.packet_id))
+    return read_record(evaluator, store, m, reply)
+
+
+def seed_of(packet_id: str) -> int:
+    """The replicate seed of a packet's read (not sent; keys the replay cache)."""
+    return int(packet_id[:8], 16)
 
 
 def template_conflicts(archive: Archive, evaluator: Evaluator) -> list[str]:
@@ -133,9 +169,10 @@ def _files_by_name(snapshot: dict) -> dict[str, str]:
             for kind, path in spec.get(group, {}).items() if f"{prefix}:{kind}" in hashes}
 
 
-async def read_archive(archive: Archive, evaluator: Evaluator, phases: Iterable[Phase] = PHASES,
-                       model: ModelAPI | None = None) -> ReadSummary:
-    """Build, store and read every packet not yet read by this evaluator, concurrently."""
+def pending_reads(archive: Archive, evaluator: Evaluator,
+                  phases: Iterable[Phase] = PHASES) -> tuple[ReadStore, ReadSummary, dict[str, Packet]]:
+    """Build and store every packet; return the store, the summary so far and the packets still to read
+    (by packet id: identical prompts are read once; none of a batch job that is still open)."""
     packets = collect_packets(archive, evaluator, phases)  # verifies every blob before anything is written
     if conflicts := template_conflicts(archive, evaluator):
         raise EvaluatorError("a prompt template or schema already used in this archive was edited; give "
@@ -143,6 +180,7 @@ async def read_archive(archive: Archive, evaluator: Evaluator, phases: Iterable[
     store = ReadStore(archive, evaluator.evaluator_id)
     store.write_snapshot(evaluator.snapshot())
     summary = ReadSummary(packets=len(packets))
+    in_flight = {cid for batch in store.open_batches() for cid in batch.custom_ids}
     todo: dict[str, Packet] = {}
     for p in packets:
         store.put_packet(p.manifest, p.prompt)
@@ -150,8 +188,17 @@ async def read_archive(archive: Archive, evaluator: Evaluator, phases: Iterable[
             summary.blocked += 1
         elif store.has_read(p.manifest.packet_id):
             summary.already_read += 1
+        elif p.manifest.packet_id in in_flight:
+            summary.in_batch += 1
         else:
             todo.setdefault(p.manifest.packet_id, p)  # identical prompts are read once
+    return store, summary, todo
+
+
+async def read_archive(archive: Archive, evaluator: Evaluator, phases: Iterable[Phase] = PHASES,
+                       model: ModelAPI | None = None) -> ReadSummary:
+    """Build, store and read every packet not yet read by this evaluator, concurrently."""
+    store, summary, todo = pending_reads(archive, evaluator, phases)
     if not todo:
         return summary
     model = model or get_model(evaluator.declaration(), EVALUATOR_PROTOCOLS)
@@ -164,10 +211,7 @@ async def read_archive(archive: Archive, evaluator: Evaluator, phases: Iterable[
             except Exception as exc:  # noqa: BLE001 - no response: leave unread, report
                 summary.model_errors.append(f"{p.manifest.packet_id[:12]}: {type(exc).__name__}: {exc}")
                 return
-        if rec.status == "OK":
-            summary.read_ok += 1
-        else:
-            summary.read_failed += 1
+        summary.count(rec)
 
     await asyncio.gather(*(guarded(p) for p in todo.values()))
     return summary

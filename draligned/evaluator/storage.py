@@ -6,6 +6,11 @@ Layout::
     reads/<evaluator_id>/packets/<run_id>/<document>.c<chunk>.r<read>.json
                                                  manifest (program side; packet id, orientation, phase)
     reads/<evaluator_id>/reads/<packet_id>.json    read record: raw response blob, ingest outcome
+    reads/<evaluator_id>/batches/<batch_id>.json   a submitted batch job (written before it is polled)
+    reads/<evaluator_id>/batches/<batch_id>.closed.json   written once every line of it was ingested
+    reads/<evaluator_id>/batch_failed/<batch_id>/<packet_id>.json
+                                                 READ_FAILED record of a line that errored, expired or
+                                                 was canceled (no reply): kept, and the packet is read again
 
 A packet is identified by its prompt (``packet_id``); runs whose units render the same prompt
 (identical requests or documents) share that packet's read, which is read once.
@@ -17,6 +22,8 @@ evaluator's directory, so a second evaluator can re-read an archive without chan
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel
@@ -58,6 +65,52 @@ class ReadRecord(Record):
     """Blob of the canonical JSON of the reply's HTTP response headers (secrets removed); None for the simulator."""
     gateway: GatewayInfo | None = later()
     """What a gateway in front of the provider reported (served model, provider, retries, cost)."""
+    transport: Literal["sync", "batch"] = "sync"
+    """How the request was sent: one synchronous call, or a line of a provider batch job. The body is the
+    same either way; a sync read's file leaves the transport fields out (files read before batches parse)."""
+    batch_id: str | None = None
+    """Batch reads: the provider's batch job id."""
+    line_id: str | None = None
+    """Batch reads: the line's custom_id in that job (the packet id)."""
+
+
+TRANSPORT_FIELDS = frozenset({"transport", "batch_id", "line_id"})
+
+
+class BatchRecord(Record, frozen=True):
+    """A batch job submitted for an evaluator's pending reads, persisted before polling starts, so a killed
+    ``read --batch`` resumes polling this job and never submits its lines again."""
+
+    batch_id: str
+    """The provider's batch id."""
+    evaluator_id: str
+    """Whose reads these are."""
+    protocol: str
+    """The model protocol (openai-chat, openai-responses, anthropic)."""
+    base_url: str | None
+    """Where the job was submitted (None: the provider default)."""
+    custom_ids: list[str]
+    """The line ids in file order: the packet ids read by this job."""
+    submitted_at: str
+    """UTC time of submission (ISO 8601)."""
+
+
+class BatchClosed(Record, frozen=True):
+    """The end of a batch job: every line ingested (or none, when the job failed validation)."""
+
+    batch_id: str
+    """The provider's batch id."""
+    status: str
+    """The provider's final status word."""
+    counts: dict[str, int]
+    """The provider's final request counts."""
+    problem: str | None = None
+    """Why the whole job failed (its lines were not read and are submitted again by the next call)."""
+
+
+def _safe(batch_id: str) -> str:
+    """A provider's batch id as a file name."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", batch_id)
 
 
 def _dump(model: BaseModel | dict[str, Any]) -> bytes:
@@ -99,8 +152,45 @@ class ReadStore:
     def has_read(self, packet_id: str) -> bool:
         return (self.root / "reads" / f"{packet_id}.json").exists()
 
+    def _failed_path(self, batch_id: str, packet_id: str) -> Path:
+        return self.root / "batch_failed" / _safe(batch_id) / f"{packet_id}.json"
+
+    def has_failed_line(self, batch_id: str, packet_id: str) -> bool:
+        return self._failed_path(batch_id, packet_id).exists()
+
+    def put_failed_line(self, record: ReadRecord) -> None:
+        """A batch line without a reply: READ_FAILED with its reason and raw result, kept beside (never
+        instead of) the packet's read, which a later call still makes."""
+        assert record.batch_id is not None and record.status == "READ_FAILED"
+        write_once(self._failed_path(record.batch_id, record.packet_id), _dump(record))
+
     def put_read(self, record: ReadRecord) -> None:
-        write_once(self.root / "reads" / f"{record.packet_id}.json", _dump(record))
+        drop = TRANSPORT_FIELDS if record.transport == "sync" else frozenset()
+        write_once(self.root / "reads" / f"{record.packet_id}.json",
+                   _dump(record.model_dump(mode="json", exclude=set(drop))))
+
+    def _batch_path(self, batch_id: str, suffix: str = "") -> Path:
+        return self.root / "batches" / f"{_safe(batch_id)}{suffix}.json"
+
+    def put_batch(self, record: BatchRecord) -> None:
+        write_once(self._batch_path(record.batch_id), _dump(record))
+
+    def close_batch(self, closed: BatchClosed) -> None:
+        write_once(self._batch_path(closed.batch_id, ".closed"), _dump(closed))
+
+    def batches(self) -> list[tuple[BatchRecord, BatchClosed | None]]:
+        """Every batch job of this evaluator, in submission order, with its end when it has one."""
+        out = []
+        for path in (self.root / "batches").glob("*.json"):
+            if not path.name.endswith(".closed.json"):
+                rec = BatchRecord.model_validate_json(path.read_bytes())
+                end = self._batch_path(rec.batch_id, ".closed")
+                out.append((rec, BatchClosed.model_validate_json(end.read_bytes()) if end.exists() else None))
+        return sorted(out, key=lambda x: (x[0].submitted_at, x[0].batch_id))
+
+    def open_batches(self) -> list[BatchRecord]:
+        """Submitted jobs not yet closed: polled (not resubmitted) by the next ``read --batch``."""
+        return [rec for rec, end in self.batches() if end is None]
 
     def manifests(self) -> list[Manifest]:
         """Every manifest, sorted by path."""
@@ -108,9 +198,14 @@ class ReadStore:
                 for p in sorted((self.root / "packets").glob("*/*.json"))]
 
     def reads(self) -> dict[str, ReadRecord]:
-        """Every read record by packet id."""
-        return {p.stem: ReadRecord.model_validate_json(p.read_bytes())
-                for p in sorted((self.root / "reads").glob("*.json"))}
+        """Every read record by packet id; a packet not read yet whose batch line failed shows that
+        failure (READ_FAILED with the line's reason; the latest batch's when several failed)."""
+        order = {_safe(rec.batch_id): n for n, (rec, _) in enumerate(self.batches())}
+        failed = sorted((self.root / "batch_failed").glob("*/*.json"), key=lambda p: (order.get(p.parent.name, -1), p))
+        reads = {p.stem: ReadRecord.model_validate_json(p.read_bytes()) for p in failed}
+        reads.update({p.stem: ReadRecord.model_validate_json(p.read_bytes())
+                      for p in sorted((self.root / "reads").glob("*.json"))})
+        return dict(sorted(reads.items()))
 
     def files(self) -> dict[str, bytes]:
         """All files of this evaluator (relative path -> bytes), for audits and tests."""
@@ -128,14 +223,17 @@ def verify_reads(archive: Archive) -> list[str]:
         for path in sorted(store.root.rglob("*.json")):
             if path.name == "evaluator.json":
                 continue
-            model = Manifest if path.parent.parent.name == "packets" else ReadRecord
+            top = path.relative_to(store.root).parts[0]
+            model: type[Record] = (Manifest if top == "packets" else ReadRecord if top in ("reads", "batch_failed")
+                                   else BatchClosed if path.name.endswith(".closed.json") else BatchRecord)
             try:
                 rec = model.model_validate_json(path.read_bytes())
             except ValueError as exc:
                 problems.append(f"{path}: unreadable {model.__name__} ({str(exc).splitlines()[0]})")
                 continue
-            shas = [rec.packet_id] if isinstance(rec, Manifest) else (
-                [rec.raw_response_blob, rec.text_blob] + ([rec.headers_blob] if rec.headers_blob else []))
+            shas = ([rec.packet_id] if isinstance(rec, Manifest) else
+                    [rec.raw_response_blob, rec.text_blob] + ([rec.headers_blob] if rec.headers_blob else [])
+                    if isinstance(rec, ReadRecord) else [])
             problems += [f"{archive.blob_path(s)}: missing blob referenced by {path}"
                          for s in shas if not archive.blob_path(s).exists()]
     return problems

@@ -21,20 +21,22 @@ import socket
 import ssl
 import time
 from abc import abstractmethod
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
 
 from draligned.models.base import RETRY_LISTENER, ModelAPI, ModelDeclaration, ModelError
 from draligned.models.gateway import clean_headers, gateway_info
 from draligned.models.limits import ConnectionLimit
 from draligned.models.retry import Failure, GaveUp, call_with_retries, status_failure
-from draligned.records import Message, ModelReply, ToolSpec
+from draligned.records import Message, ModelAttempt, ModelReply, ToolSpec
 
 #: What ``post`` returns: (request bytes as sent, raw response text, response headers).
 Posted = tuple[bytes, str, Mapping[str, str]]
 
 #: Sent as the key when a model declares no ``api_key_env`` (local servers that need none).
 NO_KEY = "no-key"
+
+T = TypeVar("T")
 
 
 class RemoteModel(ModelAPI):
@@ -124,14 +126,34 @@ class RemoteModel(ModelAPI):
         finally:
             await self.connections.release(outcome)
 
+    def client(self) -> Any:
+        """The SDK client, made on first use with the key from the environment (shared by the
+        synchronous calls and the batch transport)."""
+        if self._client is None:
+            self._key = self.api_key()
+            self._client = self.make_client(self._key)
+        return self._client
+
+    async def with_retries(self, attempt_once: Callable[[], Awaitable[T]],
+                           on_retry: Callable[[], None] | None = None) -> tuple[T, list[ModelAttempt]]:
+        """Run one API call (a model call, or a batch upload, poll or download) with the model's retries;
+        a ModelError naming the model, the status and how it ended when they give up."""
+        try:
+            return await call_with_retries(attempt_once, self.classify, self.declaration.retry, on_retry)
+        except GaveUp as exc:
+            f = exc.failure
+            how = "failed fast (not retried)" if not f.retryable else f"gave up after {len(exc.attempts)} attempt(s)"
+            status = f"HTTP {f.status_code} " if f.status_code else ""
+            hint = (" — check base_url: the host root for anthropic, including /v1 for openai"
+                    if f.status_code == 404 else "")
+            raise ModelError(f"{self.label}: {status}{f.error}: {f.message} ({how}){hint}", exc.attempts) from None
+
     async def generate(self, messages: list[Message], tools: list[ToolSpec], seed: int) -> ModelReply:
         """One model call: build the body, send it with retries, read the reply.
 
         ``seed`` is not sent (most APIs ignore or reject it); the replay cache keys on it.
         """
-        if self._client is None:
-            self._key = self.api_key()
-            self._client = self.make_client(self._key)
+        self.client()
         body = self.build_body(messages, tools)
         started = time.perf_counter()
         listener, retrying = RETRY_LISTENER.get(), False
@@ -142,19 +164,18 @@ class RemoteModel(ModelAPI):
                 retrying = True
                 listener(1)
         try:
-            (sent, raw, headers), attempts = await call_with_retries(
-                lambda: self._attempt(body), self.classify, self.declaration.retry, on_retry)
-        except GaveUp as exc:
-            f = exc.failure
-            how = "failed fast (not retried)" if not f.retryable else f"gave up after {len(exc.attempts)} attempt(s)"
-            status = f"HTTP {f.status_code} " if f.status_code else ""
-            hint = (" — check base_url: the host root for anthropic, including /v1 for openai"
-                    if f.status_code == 404 else "")
-            raise ModelError(f"{self.label}: {status}{f.error}: {f.message} ({how}){hint}", exc.attempts) from None
+            (sent, raw, headers), attempts = await self.with_retries(lambda: self._attempt(body), on_retry)
         finally:
             if retrying and listener is not None:
                 listener(-1)
-        latency = time.perf_counter() - started
+        return self.parse_reply(raw, json.loads(sent), time.perf_counter() - started, attempts, headers)
+
+    def parse_reply(self, raw: str, request_body: dict[str, Any], latency_s: float = 0.0,
+                    attempts: list[ModelAttempt] | None = None,
+                    headers: Mapping[str, str] | None = None) -> ModelReply:
+        """A reply body as received (the synchronous response, or a batch line's body, which has no HTTP
+        headers of its own) as a ModelReply: the key redacted if echoed, the JSON read by the protocol, the
+        headers cleaned and read for a gateway's report; ModelError if it is not a JSON object."""
         echoed, raw = self.redact(raw) != raw, self.redact(raw)  # a key echoed back is never archived
         try:
             data = json.loads(raw)
@@ -166,10 +187,10 @@ class RemoteModel(ModelAPI):
         fields = self.read_reply(data)
         if echoed:
             fields["anomalies"].append("the reply contained the API key; it was redacted before archiving")
-        kept = clean_headers(headers, self._key if self._key != NO_KEY else None)
-        return ModelReply(**fields, request_body=json.loads(sent), raw_response=raw, latency_s=latency,
-                          attempts=attempts, request_headers=self.declaration.headers or None,
-                          response_headers=kept, gateway=gateway_info(kept, data),
+        kept = None if headers is None else clean_headers(headers, self._key if self._key != NO_KEY else None)
+        return ModelReply(**fields, request_body=request_body, raw_response=raw, latency_s=latency_s,
+                          attempts=attempts or [], request_headers=self.declaration.headers or None,
+                          response_headers=kept, gateway=gateway_info(kept or {}, data),
                           connection_limit=self.connections.limit if self.connections.adaptive else None)
 
 
