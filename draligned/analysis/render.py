@@ -116,6 +116,9 @@ def render_markdown(report: Report) -> str:
              f"({i.runs_in_subset} of {i.runs_in_archive} run attempts in the plan's subset)", ""]
     if i.index_warning:
         lines += [f"> **Warning: {i.index_warning}**", ""]
+    if not i.verified:
+        lines += ["> **Warning: built with --no-verify: the archive's files were not checked against their "
+                  "hashes.**", ""]
     lines += [f"- **{v}** {label} ({detail})" for v, label, detail in highlights(report)] + [""]
     for s in report.sections:
         lines += [f"## {s.title}", "", s.intro, ""]
