@@ -131,7 +131,7 @@ async def _run_locked(study: Study, archive: Archive, search: StudySearch, slots
     those of the prepared ``models``: a slot that became unfinished meanwhile waits for the next run)."""
     check_intact(archive, verify, records_only=True)  # a damaged record would pass for a finished slot
     remove_stale_temp_files(archive)
-    remove_stale_workspaces(archive.root, {r.run_id for r in archive.started()})
+    remove_stale_workspaces(archive.root)
     todo, attempts = plan_resume(archive, slots)
     todo = [s for s in todo if s.model in models]
     result = StudyResult(archive=archive, slots=len(slots), skipped=len(slots) - len(todo))

@@ -227,10 +227,10 @@ async def run_in_sandbox(workspace: Path, argv: list[str], limits: SandboxLimits
                        truncated=truncated, total_chars=total)
 
 
-def remove_stale_workspaces(archive_root: Path, run_ids: set[str]) -> int:
-    """Remove the workspaces that runs of this archive (``run_ids``, from its started markers) left when they
-    were killed, and the owner files of workspaces already gone; returns how many workspaces were removed.
-    Call it only while holding the archive's run lock: then none of those runs is alive."""
+def remove_stale_workspaces(archive_root: Path) -> int:
+    """Remove the workspaces that runs of this archive left when they were killed (their owner files name
+    the archive and the run), and the owner files of workspaces already gone; returns how many workspaces
+    were removed. Call it only while holding the archive's run lock: then no run of the archive is alive."""
     try:
         root = workspace_root()
     except (OSError, SandboxUnavailable):  # no usable workspace root: nothing of ours can be there
@@ -240,10 +240,10 @@ def remove_stale_workspaces(archive_root: Path, run_ids: set[str]) -> int:
     for owner_file in root.glob("*.owner"):
         workspace = root / owner_file.stem
         try:
-            owner_archive, run_id = json.loads(owner_file.read_text())
+            owner_archive, _run_id = json.loads(owner_file.read_text())
         except (OSError, ValueError, TypeError):
             continue
-        if workspace.exists() and (owner_archive != archive or run_id not in run_ids):
+        if workspace.exists() and owner_archive != archive:
             continue
         if workspace.exists():
             shutil.rmtree(workspace, ignore_errors=True)

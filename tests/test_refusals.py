@@ -130,3 +130,8 @@ def test_an_unknown_phase_is_an_error_with_exit_2(read_archive, capsys):
 
 def test_states_pairs_without_json_is_refused(read_archive, capsys):
     _refused(capsys, ["states", str(read_archive), "--evaluator", SIM_ID, "--pairs"], "--pairs", "--json")
+
+
+def test_cards_validate_on_a_folder_without_cards_is_refused(tmp_path, capsys):
+    """It said so with exit 1 and no ``error:``, the exit code of cards that fail validation."""
+    _refused(capsys, ["cards", "validate", str(tmp_path)], "no card files found")
