@@ -81,8 +81,8 @@ def test_rebuilds_by_reindex_read_report_and_stats_at_once_all_succeed(small, tm
     for _ in range(3):
         procs = [subprocess.Popen([sys.executable, "-m", "draligned.cli", *c], stdout=subprocess.DEVNULL,
                                   stderr=subprocess.PIPE) for c in commands]
-        errors = [(c, p.wait(), p.stderr.read().decode() if p.stderr else "") for c, p in zip(commands, procs)]
-        assert [e for e in errors if e[1] != 0] == []
+        said = [p.communicate()[1].decode() for p in procs]
+        assert [(c, p.returncode, e) for c, p, e in zip(commands, procs, said, strict=True) if p.returncode] == []
     assert _runs_in_index(archive) == 2 and verify(archive) == []
 
 
