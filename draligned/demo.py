@@ -126,7 +126,7 @@ def run_demo(out: str | Path, progress: DemoProgress | None = None) -> DemoResul
     evaluator = load_evaluator(DEMO_EVALUATOR)
     evaluator_id = evaluator.evaluator_id
     try:
-        summary = read_and_index(result.archive, evaluator)
+        summary = read_and_index(result.archive, evaluator, verify=False)  # verified just above
         cells = pair_cells(result.archive, state_rows(result.archive, evaluator_id))
         report = make_report(result.archive.root, DEMO_PLAN, evaluator_id, result.report_dir)
     except ArchiveError as exc:
@@ -135,16 +135,16 @@ def run_demo(out: str | Path, progress: DemoProgress | None = None) -> DemoResul
     result.reading = DemoRead(evaluator_id=evaluator_id, summary=summary, cells=cells, report=report)
     tell(DemoStage("pool"))
     try:
-        result.pool = _pool_demo(out, evaluator_id, tell)
+        result.pool = _pool_demo(out, tell)
     except STUDY_ERRORS as exc:
         result.pool_error = str(exc)
     return result
 
 
-def _pool_demo(out: Path, evaluator_id: str, progress: DemoProgress) -> PoolDemo:
+def _pool_demo(out: Path, progress: DemoProgress) -> PoolDemo:
     """The pool-search study, its pool estimates and pair table, and its report (whose CESS section is
     filled from the pool archive's cess_runs)."""
     study = run_study_file(DEMO_POOL_STUDY, out / "pool-archive", progress=progress)
     runs = load_cess_runs(study.archive)
-    report = make_report(study.archive.root, DEMO_PLAN, evaluator_id, out / "pool-report")
+    report = make_report(study.archive.root, DEMO_PLAN, None, out / "pool-report")  # no evaluator read it
     return PoolDemo(study=study, runs=runs, pairs=pairs_report(runs), report=report)

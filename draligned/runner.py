@@ -22,14 +22,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from draligned.archive import Archive
+from draligned.archive.store import remove_stale_temp_files
 from draligned.archive.writer import RunWriter, new_record
 from draligned.executors import RunSetup, executor_for
+from draligned.guards import check_intact
 from draligned.indexing import rebuild
 from draligned.models import ModelAPI, get_model
 from draligned.models.base import RETRY_LISTENER
 from draligned.models.cache import CachedModel, ReplayCache
 from draligned.records import FINISHED, ModelAttemptEvent, ModelCallEvent, RunRecord, Slot
-from draligned.sandbox import SandboxUnavailable, require_sandbox
+from draligned.sandbox import WORKSPACE_OWNER, SandboxUnavailable, remove_stale_workspaces, require_sandbox
 from draligned.study import Study, StudyError
 from draligned.tools.pool_search import StudySearch, open_search
 
@@ -122,6 +124,7 @@ async def _run_slot(study: Study, archive: Archive, slot: Slot, attempt: int, mo
         tools_blob=archive.put_json_blob([t.model_dump(mode="json") for t in contract.contract.tools]),
     )
     running[record.run_id] = record  # its counters are read live for the cost so far
+    WORKSPACE_OWNER.set((archive.root, record.run_id))  # this slot's task only: the next run cleans after a kill
     writer = RunWriter(archive, record)  # the run's one writer: the executor's and the pool search's
     setup = RunSetup(writer=writer, contract=contract, model=model,
                      system_prompt=system_prompt, user_message=user_message, seed=slot.seed,
@@ -129,8 +132,9 @@ async def _run_slot(study: Study, archive: Archive, slot: Slot, attempt: int, mo
     return await executor_for(slot.harness)(setup, search.backend_for(slot, writer)).run()
 
 
-async def run_study(study: Study, progress: ProgressCallback | None = None) -> StudyResult:
-    """Run every unfinished slot of ``study`` with bounded concurrency, telling ``progress`` how far it is."""
+async def run_study(study: Study, progress: ProgressCallback | None = None, verify: bool = True) -> StudyResult:
+    """Run every unfinished slot of ``study`` with bounded concurrency, telling ``progress`` how far it is;
+    ``verify`` False skips checking the run records' hashes first (``--no-verify``)."""
     archive = Archive(study.archive_root)
     try:
         search = open_search(study.spec.search, study.corpus_path, study.pool_paths)
@@ -138,7 +142,7 @@ async def run_study(study: Study, progress: ProgressCallback | None = None) -> S
         where = "corpus" if study.spec.search.backend == "corpus" else "search.pools"
         raise StudyError(f"{study.path}: field {where}: {exc}") from exc
     slots = study.slots(search.sha256)
-    todo, attempts = plan_resume(archive, slots)
+    todo, _ = plan_resume(archive, slots)  # what the checks below prepare for; planned again under the lock
     sandboxed = sorted({s.harness for s in todo if executor_for(s.harness).needs_sandbox})
     if sandboxed:
         try:
@@ -146,23 +150,32 @@ async def run_study(study: Study, progress: ProgressCallback | None = None) -> S
         except SandboxUnavailable as exc:
             raise StudyError(f"{study.path}: harnesses {', '.join(sandboxed)} run their shell in a sandbox "
                              f"and refuse to start without one (no unsandboxed fallback): {exc}") from exc
-    result = StudyResult(archive=archive, slots=len(slots), skipped=len(slots) - len(todo))
     models = {m.name: get_model(m) for m in study.spec.models if any(s.model == m.name for s in todo)}
     if study.spec.cache != "off":
         cache = ReplayCache(study.cache_root, study.spec.cache)
         models = {name: CachedModel(m, cache) for name, m in models.items()}
     for m in models.values():
-        m.check_ready()  # a missing key fails this study before any run starts
-    lock = _lock_archive(archive) if todo else None
+        m.check_ready()  # a missing key fails this study before any run starts (and before any file is made)
+    lock = _lock_archive(archive)  # also when nothing is left to do: planning reads what other runs write
     try:
-        if lock is not None:  # plan again under the lock: another run may have finished slots meanwhile
-            todo, attempts = plan_resume(archive, slots)
-            result.skipped = len(slots) - len(todo)
-        await _run_todo(study, archive, search, models, todo, attempts, result, progress)
+        result = await _run_locked(study, archive, search, slots, models, verify, progress)
+        rebuild(archive)  # still under the run lock, so no other run's records arrive meanwhile
     finally:
-        if lock is not None:
-            os.close(lock)
-    rebuild(archive)
+        os.close(lock)
+    return result
+
+
+async def _run_locked(study: Study, archive: Archive, search: StudySearch, slots: list[Slot],
+                      models: dict[str, ModelAPI], verify: bool, progress: ProgressCallback | None) -> StudyResult:
+    """Check the run records, clean what killed runs left, plan again and run every slot still to do (only
+    those of the prepared ``models``: a slot that became unfinished meanwhile waits for the next run)."""
+    check_intact(archive, verify, records_only=True)  # a damaged record would pass for a finished slot
+    remove_stale_temp_files(archive)
+    remove_stale_workspaces(archive.root)
+    todo, attempts = plan_resume(archive, slots)
+    todo = [s for s in todo if s.model in models]
+    result = StudyResult(archive=archive, slots=len(slots), skipped=len(slots) - len(todo))
+    await _run_todo(study, archive, search, models, todo, attempts, result, progress)
     return result
 
 

@@ -17,6 +17,7 @@ process limit applies and root-owned host files stay unreadable.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import resource
 import secrets
@@ -24,6 +25,7 @@ import shutil
 import signal
 import stat
 import subprocess
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -108,10 +110,21 @@ def workspace_root() -> Path:
     return root
 
 
+WORKSPACE_OWNER: ContextVar[tuple[Path, str] | None] = ContextVar("draligned_workspace_owner", default=None)
+"""(archive root, run id) of the run whose workspaces this context makes; the runner sets it so that the
+next run of the archive can remove what a killed run left (see ``remove_stale_workspaces``)."""
+
+
 def new_workspace() -> Path:
-    """A fresh, randomly named workspace directory owned by the sandbox uid."""
-    path = workspace_root() / secrets.token_hex(8)
+    """A fresh, randomly named workspace directory owned by the sandbox uid. When the context names its
+    run (WORKSPACE_OWNER), a host-side ``<name>.owner`` file next to it records archive and run; it is
+    outside the workspace, so the sandbox never sees it."""
+    root = workspace_root()
+    path = root / secrets.token_hex(8)
     path.mkdir(mode=0o700)
+    owner = WORKSPACE_OWNER.get()
+    if owner is not None:
+        (root / f"{path.name}.owner").write_text(json.dumps([str(owner[0].resolve()), owner[1]]))
     uid = sandbox_uid()
     if uid is not None:
         os.chown(path, uid, uid)
@@ -212,6 +225,31 @@ async def run_in_sandbox(workspace: Path, argv: list[str], limits: SandboxLimits
     truncated = len(stdout) + len(stderr) < total
     return ShellResult(exit_code=code, stdout=stdout, stderr=stderr, timed_out=timed_out,
                        truncated=truncated, total_chars=total)
+
+
+def remove_stale_workspaces(archive_root: Path) -> int:
+    """Remove the workspaces that runs of this archive left when they were killed (their owner files name
+    the archive and the run), and the owner files of workspaces already gone; returns how many workspaces
+    were removed. Call it only while holding the archive's run lock: then no run of the archive is alive."""
+    try:
+        root = workspace_root()
+    except (OSError, SandboxUnavailable):  # no usable workspace root: nothing of ours can be there
+        return 0
+    archive = str(archive_root.resolve())
+    removed = 0
+    for owner_file in root.glob("*.owner"):
+        workspace = root / owner_file.stem
+        try:
+            owner_archive, _run_id = json.loads(owner_file.read_text())
+        except (OSError, ValueError, TypeError):
+            continue
+        if workspace.exists() and owner_archive != archive:
+            continue
+        if workspace.exists():
+            shutil.rmtree(workspace, ignore_errors=True)
+            removed += 1
+        owner_file.unlink(missing_ok=True)
+    return removed
 
 
 async def require_sandbox() -> None:

@@ -6,11 +6,14 @@ and prints their results, and the demo (draligned.demo) chains them.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from dataclasses import dataclass
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
 
-from draligned.analysis.plan import load_plan
 from draligned.archive import Archive, ArchiveError
 from draligned.cards import CardError
 from draligned.cess.archive_runs import CessRun
@@ -18,6 +21,7 @@ from draligned.evaluator.batching import POLL_S, BatchView, batch_views, cancel_
 from draligned.evaluator.config import Evaluator
 from draligned.evaluator.packets import Phase
 from draligned.evaluator.reading import PHASES, ReadSummary, read_archive
+from draligned.guards import check_intact, default_reader, open_archive, report_plan, require_reader
 from draligned.harness import ContractError
 from draligned.indexing import connect, ensure, rebuild
 from draligned.models import ModelError
@@ -31,40 +35,72 @@ STUDY_ERRORS = (StudyError, CardError, ContractError, ModelError, ArchiveError)
 
 
 class StudyInterrupted(Exception):
-    """Ctrl-C during a study run. The archive was indexed first, so ``ls`` and ``stats`` show the
-    interrupted attempts; running the same study again resumes it."""
+    """Ctrl-C (or SIGTERM, handled the same way) during a study run. The archive was indexed first, so
+    ``ls`` and ``stats`` show the interrupted attempts; running the same study again resumes it."""
 
-    def __init__(self, archive_root: Path) -> None:
+    def __init__(self, archive_root: Path, signum: int = signal.SIGINT) -> None:
         super().__init__(f"{archive_root}: study interrupted")
         self.archive_root = archive_root
         """The archive the finished runs are kept in."""
+        self.signum = signum
+        """The signal that stopped it (SIGINT or SIGTERM); the CLI exits with 128 + it."""
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[list[int]]:
+    """While the block runs, SIGTERM interrupts like Ctrl-C (asyncio cancels the runs, whose cleanup removes
+    their workspaces); yields a list that holds SIGTERM once one arrived."""
+    seen: list[int] = []
+    if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
+        yield seen
+        return
+
+    def forward(signum: int, frame: FrameType | None) -> None:
+        seen.append(signum)
+        on_ctrl_c = signal.getsignal(signal.SIGINT)  # asyncio's own handler while asyncio.run runs
+        if callable(on_ctrl_c) and on_ctrl_c is not signal.default_int_handler:
+            on_ctrl_c(signal.SIGINT, frame)
+        else:  # SIGINT ignored (a background job) or Python's default: interrupt as Ctrl-C would
+            raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, forward)
+    try:
+        yield seen
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def run_study_file(path: str | Path, archive: str | Path | None = None, cache: CacheMode | None = None,
-                   cache_dir: str | Path | None = None, progress: ProgressCallback | None = None) -> StudyResult:
-    """Load a study (``archive``, ``cache`` and ``cache_dir`` override its fields) and run it.
+                   cache_dir: str | Path | None = None, progress: ProgressCallback | None = None,
+                   verify: bool = True) -> StudyResult:
+    """Load a study (``archive``, ``cache`` and ``cache_dir`` override its fields) and run it (``verify``
+    False skips checking the archive's run records first).
 
-    Raises one of STUDY_ERRORS, or StudyInterrupted on Ctrl-C.
+    Raises one of STUDY_ERRORS, or StudyInterrupted on Ctrl-C or SIGTERM.
     """
     study = load_study(path, archive)
     if cache:
         study.spec.cache = cache
     if cache_dir:
         study.spec.cache_dir = str(Path(cache_dir).resolve())
-    try:
-        return asyncio.run(run_study(study, progress))
-    except KeyboardInterrupt:
-        interrupted = Archive(study.archive_root)
-        if interrupted.root.is_dir():
-            rebuild(interrupted)
-        raise StudyInterrupted(interrupted.root) from None
+    with _sigterm_as_interrupt() as terminated:
+        try:
+            return asyncio.run(run_study(study, progress, verify))
+        except KeyboardInterrupt:
+            interrupted = Archive(study.archive_root)
+            if interrupted.root.is_dir():
+                rebuild(interrupted)
+            raise StudyInterrupted(interrupted.root, terminated[0] if terminated else signal.SIGINT) from None
 
 
-def read_and_index(archive: Archive, evaluator: Evaluator, phases: tuple[Phase, ...] = PHASES, batch: bool = False,
-                   poll_s: float = POLL_S, seen: Callable[[BatchStatus], None] | None = None) -> ReadSummary:
-    """Read the archive with the evaluator (idempotent, resumable), synchronously or (``batch``) as provider
-    batch jobs polled every ``poll_s`` seconds (``seen`` gets each status), then rebuild its index so that the
-    reads' tables are in it; raises ArchiveError, EvaluatorError or ModelError."""
+def read_and_index(archive: Archive, evaluator: Evaluator, phases: tuple[Phase, ...] = PHASES, verify: bool = True,
+                   batch: bool = False, poll_s: float = POLL_S,
+                   seen: Callable[[BatchStatus], None] | None = None) -> ReadSummary:
+    """Check the archive's hashes (unless ``verify`` is False), read it with the evaluator (idempotent,
+    resumable), synchronously or (``batch``) as provider batch jobs polled every ``poll_s`` seconds (``seen``
+    gets each status), then rebuild its index so that the reads' tables are in it; raises ArchiveError,
+    EvaluatorError or ModelError."""
+    check_intact(archive, verify)
     reading = (read_archive_batch(archive, evaluator, phases, poll_s=poll_s, seen=seen) if batch
                else read_archive(archive, evaluator, phases))
     summary = asyncio.run(reading)
@@ -82,8 +118,10 @@ def cancel_batch_jobs(archive: Archive, evaluator: Evaluator) -> list[BatchStatu
     return asyncio.run(cancel_batches(archive, evaluator))
 
 
-def load_cess_runs(archive: Archive) -> list[CessRun]:
-    """The archive's ``cess_runs`` index table (the index is rebuilt first if missing)."""
+def load_cess_runs(archive: Archive, verify: bool = True) -> list[CessRun]:
+    """The archive's ``cess_runs`` index table (the index is rebuilt first if missing), after checking the
+    archive's hashes unless ``verify`` is False."""
+    check_intact(archive, verify)
     con = connect(archive)
     try:
         cursor = con.execute("SELECT * FROM cess_runs ORDER BY run_id")
@@ -105,18 +143,34 @@ class WrittenReport:
     """The directory of every table as CSV and Parquet."""
     queries: list[str]
     """Every query the report ran, in order, each once."""
+    notes: list[str] = field(default_factory=list)
+    """What was chosen for the caller (a default plan or evaluator, a skipped check), to be shown."""
 
 
-def make_report(archive: str | Path, plan_path: str | Path, evaluator: str, out: str | Path) -> WrittenReport:
-    """Build the plan's report over the archive for one evaluator's states and write it under ``out``;
-    raises PlanError or ArchiveError."""
+def make_report(archive: str | Path, plan_path: str | Path | None, evaluator: str | None, out: str | Path,
+                verify: bool = True) -> WrittenReport:
+    """Build the plan's report over the archive for one evaluator's states and write it under ``out``.
+
+    Without a plan, a starter plan over the archive's own studies is used; without an evaluator, the one
+    that has read the archive (or none); an evaluator is an id or its TOML file and must have read the
+    archive. The archive's hashes are checked first unless ``verify`` is False (the report records it).
+    Raises PlanError, EvaluatorError or ArchiveError.
+    """
     # Imported here so that other commands do not pay for loading matplotlib.
     from draligned.analysis.build import build_report
     from draligned.analysis.render import write_report
 
-    loaded = load_plan(plan_path)
-    ensure(Archive(archive))  # the report reads the index; an archive without one gets it built
-    report = build_report(archive, loaded, evaluator)
+    opened = open_archive(archive)
+    loaded, plan_note = report_plan(opened, plan_path)
+    evaluator_id = default_reader(opened) if evaluator is None else require_reader(opened, evaluator)
+    check_intact(opened, verify)
+    ensure(opened)  # the report reads the index; an archive without one gets it built
+    report = build_report(opened.root, loaded, evaluator_id, verified=verify)
     paths = write_report(report, loaded.plan, out)
+    notes = [plan_note] if plan_note else []
+    if evaluator is None:
+        notes.append(f"no --evaluator given: using {evaluator_id}")
+    if not verify:
+        notes.append("--no-verify: the archive's hashes were not checked (the report's manifest says so)")
     return WrittenReport(html=paths["html"], markdown=paths["md"], tables=paths["tables"],
-                         queries=list(dict.fromkeys(report.queries)))
+                         queries=list(dict.fromkeys(report.queries)), notes=notes)

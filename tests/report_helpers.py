@@ -9,6 +9,7 @@ import duckdb
 
 from draligned.archive import Archive
 from draligned.cards import Card
+from draligned.evaluator.storage import ReadStore
 from draligned.indexing import connect
 
 
@@ -38,6 +39,7 @@ def add_states(archive: Archive, evaluator: str,
                 "label TEXT)")
     con.executemany("INSERT INTO states VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
     con.close()
+    ReadStore(archive, evaluator).write_snapshot({"evaluator": {"evaluator_id": evaluator}})  # it has read it
     return len(rows)
 
 

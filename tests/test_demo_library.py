@@ -20,9 +20,10 @@ from tests.study_helpers import write_study
 
 @pytest.fixture
 def small_demo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The demo's studies swapped for one card in H00 and a one-seed pool study."""
-    monkeypatch.setattr(demo, "DEMO_STUDY", write_study(tmp_path, ["travel_budget_en.json"], name="small"))
-    monkeypatch.setattr(demo, "DEMO_POOL_STUDY", write_pool_study(tmp_path, seeds=1))
+    """The demo's studies swapped for one card in H00 and a one-seed pool study (named as the demo's, which
+    the demo plan's subset selects)."""
+    monkeypatch.setattr(demo, "DEMO_STUDY", write_study(tmp_path, ["travel_budget_en.json"], name="demo"))
+    monkeypatch.setattr(demo, "DEMO_POOL_STUDY", write_pool_study(tmp_path, seeds=1, name="demo-pool"))
     return tmp_path / "out"
 
 
@@ -32,7 +33,7 @@ def test_run_demo_returns_what_it_did_and_reports_progress(small_demo: Path,
     result = run_demo(small_demo, events.append)
     assert capsys.readouterr() == ("", "")
     stages = [e.stage if isinstance(e, DemoStage) else (e.study, e.done) for e in events]
-    assert stages == [("small", 0), ("small", 1), ("small", 2), "read", "pool", *(("pool", n) for n in range(9))]
+    assert stages == [("demo", 0), ("demo", 1), ("demo", 2), "read", "pool", *(("demo-pool", n) for n in range(9))]
     assert result.archive.root == small_demo / "archive" and result.study.statuses["completed"] == 2
     assert result.problems == [] and result.damaged is None and result.pool_error is None
     reading = result.reading

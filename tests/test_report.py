@@ -123,9 +123,9 @@ def test_report_writes_every_table_with_identity_and_known_answers(built, capsys
 def test_report_without_states_says_so_and_keeps_the_rest(built):
     tmp, _, bare, plan = built
     out = tmp / "out-bare"
-    assert main(["report", str(bare), "--plan", str(plan), "--evaluator", "sim", "--out", str(out)]) == 0
+    assert main(["report", str(bare), "--plan", str(plan), "--out", str(out)]) == 0
     html = (out / "report.html").read_text()
-    assert "No evaluator reads in this archive for evaluator &#x27;sim&#x27;" in html
+    assert "No evaluator reads in this archive for evaluator &#x27;(no evaluator has read this archive)" in html
     names = set(json.loads((out / "tables" / "manifest.json").read_text())["tables"])
     assert {"coverage_runs", "process_runs", "text_change", "provenance", "cess_by_arm"} <= names
     assert "pair_matrix" not in names
@@ -181,6 +181,10 @@ def test_stale_index_is_reported(built):
     victim = sorted((stale / "runs").glob("*.json"))[0].name.split(".")[0]
     for path in (stale / "runs").glob(f"{victim}*"):
         path.unlink()
-    assert main(["report", str(stale), "--plan", str(plan), "--out", str(tmp / "out-stale")]) == 0
-    assert "Warning: the index lists 12 runs but the archive holds 11 run files" in \
-        (tmp / "out-stale" / "report.md").read_text()
+    assert main(["report", str(stale), "--plan", str(plan), "--out", str(tmp / "out-stale")]) == 2
+    assert not (tmp / "out-stale").exists()  # the lost run record is a damaged archive: refused
+    assert main(["report", str(stale), "--plan", str(plan), "--out", str(tmp / "out-stale"), "--no-verify"]) == 0
+    md = (tmp / "out-stale" / "report.md").read_text()
+    assert "Warning: the index lists 12 runs but the archive holds 11 run files" in md
+    assert "built with --no-verify" in md
+    assert json.loads((tmp / "out-stale" / "tables" / "manifest.json").read_text())["identity"]["verified"] is False

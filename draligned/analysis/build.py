@@ -30,7 +30,7 @@ from draligned.analysis.adapters import (
 from draligned.analysis.cess_source import CESS_SQL, INTERVENTIONS_SQL, load_cess, load_interventions
 from draligned.analysis.findings import Fact, findings
 from draligned.analysis.pairs import StateIndex, build_pairs, finished_runs, in_subset
-from draligned.analysis.plan import LoadedPlan
+from draligned.analysis.plan import LoadedPlan, PlanError
 from draligned.analysis.simulators import simulators
 from draligned.analysis.states_source import STATES_SQL, load_states
 from draligned.analysis.table import Table
@@ -73,6 +73,9 @@ class Identity(Record):
     """Set when the index does not list the same runs as the run files on disk (stale index)."""
     simulators: list[str] = []
     """The simulators among the subset's agent models and the report's evaluators (the SIMULATOR banner)."""
+    verified: bool = True
+    """False when the report was built with ``--no-verify``: the archive's files were not checked against
+    their hashes first."""
 
     def line(self) -> str:
         """One-line provenance stamp shown under every table."""
@@ -114,13 +117,16 @@ class Report(Record):
     """The findings section: one sentence per answer, each number naming its table."""
 
 
-def build_report(archive_root: str | Path, loaded: LoadedPlan, evaluator_id: str) -> Report:
-    """Compute every readout of the plan over the archive for one evaluator."""
+def build_report(archive_root: str | Path, loaded: LoadedPlan, evaluator_id: str, verified: bool = True) -> Report:
+    """Compute every readout of the plan over the archive for one evaluator (``verified``: whether the
+    caller checked the archive's hashes first; recorded in the identity)."""
     archive, plan, log = Archive(archive_root), loaded.plan, QueryLog()
     con = connect(archive)
     try:
         all_runs = with_search_cells(archive, load_runs(con, log))
         runs = [r for r in all_runs if in_subset(r, plan)]
+        if not runs:
+            raise PlanError(_matches_nothing(loaded, archive, all_runs))
         cards = load_cards(archive, runs)
         evaluators = [evaluator_id] + [e for e in plan.agreement.evaluators if e != evaluator_id]
         states = {e: load_states(con, e, log) for e in evaluators}
@@ -134,7 +140,7 @@ def build_report(archive_root: str | Path, loaded: LoadedPlan, evaluator_id: str
                      evaluator_id=evaluator_id, archive_path=str(archive.root),
                      archive_sha256=archive_sha256(all_runs), runs_in_archive=len(all_runs),
                      runs_in_subset=len(runs), index_warning=_stale(archive, all_runs),
-                     simulators=simulators(archive, {r.run_id for r in runs}, evaluators))
+                     simulators=simulators(archive, {r.run_id for r in runs}, evaluators), verified=verified)
     pairs = build_pairs(runs, cards, plan)
     indexes = {e: StateIndex(rows) for e, rows in states.items()}
     main = indexes[evaluator_id]
@@ -156,6 +162,16 @@ def build_report(archive_root: str | Path, loaded: LoadedPlan, evaluator_id: str
                   sections=_sections(have, evaluator_id, plan.primary_phase, plan.comparisons.primary),
                   queries=log.queries,
                   findings=findings(tables, plan, evaluator_id))
+
+
+def _matches_nothing(loaded: LoadedPlan, archive: Archive, runs: list) -> str:
+    """Why a plan selects no run, and what the archive holds instead (an empty report answers nothing)."""
+    if not runs:
+        return f"{archive.root}: the archive has no runs, so there is nothing to report"
+    have = {field: sorted({getattr(r, attr) for r in runs}) for field, attr in
+            (("studies", "study"), ("cards", "card_id"), ("models", "model"), ("harnesses", "harness"))}
+    return (f"{loaded.path}: [subset] matches none of the {len(runs)} runs in {archive.root}; the archive has "
+            + "; ".join(f"{field} {', '.join(map(str, values))}" for field, values in have.items()))
 
 
 def _stale(archive: Archive, runs: list) -> str | None:

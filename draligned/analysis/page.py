@@ -143,6 +143,9 @@ def render_html(report: Report, figures: dict[str, bytes], highlights: list[tupl
     cards = "".join(f'<div class="card"><div class="v">{html.escape(v)}</div><div class="l">{html.escape(label)}'
                     f'</div><div class="d">{html.escape(d)}</div></div>' for v, label, d in highlights)
     warning = f'<div class="notice">Warning: {html.escape(i.index_warning)}</div>' if i.index_warning else ""
+    if not i.verified:
+        warning += ('<div class="notice">Warning: built with --no-verify: the archive\'s files were not checked '
+                    'against their hashes.</div>')
     nav = "".join(f'<a href="#{s.key}">{html.escape(s.title)}</a>' for s in report.sections)
     sections = []
     for s in report.sections:

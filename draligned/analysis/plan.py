@@ -7,6 +7,7 @@ into every output table so a number can be traced to the plan that produced it.
 
 from __future__ import annotations
 
+import json
 import tomllib
 from pathlib import Path
 from typing import Literal
@@ -135,11 +136,18 @@ class LoadedPlan(Record):
 
 def load_plan(path: str | Path) -> LoadedPlan:
     """Read and validate a plan; PlanError names the file and the dotted field on any problem."""
-    path = Path(path)
     try:
-        raw = path.read_bytes()
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        raise PlanError(f"{path}: {exc}") from None
+    return parse_plan(raw, str(path))
+
+
+def parse_plan(raw: bytes, path: str) -> LoadedPlan:
+    """Validate the bytes of a plan; ``path`` names where they came from in messages and the report."""
+    try:
         data = tomllib.loads(raw.decode("utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise PlanError(f"{path}: {exc}") from None
     try:
         plan = Plan.model_validate(data)
@@ -151,4 +159,48 @@ def load_plan(path: str | Path) -> LoadedPlan:
     stray = [c for c in plan.comparisons.primary if c not in plan.comparisons.include]
     if stray:
         raise PlanError(f"{path}: comparisons.primary: {stray} not in comparisons.include")
-    return LoadedPlan(plan=plan, path=str(path), sha256=sha256_bytes(raw))
+    return LoadedPlan(plan=plan, path=path, sha256=sha256_bytes(raw))
+
+
+def starter_plan(studies: list[str]) -> str:
+    """A plan TOML over the given studies with every default written out: a starting point to edit."""
+    listed = ", ".join(json.dumps(s, ensure_ascii=False) for s in studies)
+    name = json.dumps(studies[0] if len(studies) == 1 else "archive", ensure_ascii=False)
+    about = json.dumps(f"Every card, run and comparison of the studies {', '.join(studies)}.", ensure_ascii=False)
+    cess = Cess()  # the CESS defaults, written out
+    return f"""# Analysis plan over the studies {listed}. Edit it, keep it with your results and bump `version`
+# when its meaning changes: its sha256 is written into every table of the report.
+name = {name}
+version = 1
+description = {about}
+phases = ["requests", "draft:first", "draft:last", "final"]
+primary_phase = "final"
+
+[subset]                       # an empty list means every value in the archive
+studies = [{listed}]
+cards = []
+models = []
+harnesses = []
+
+[comparisons]
+include = ["P-Q", "PP-QP", "PQ-QQ", "PP-PQ", "QP-QQ"]
+primary = ["P-Q", "PP-QP"]
+
+[retention]
+draft = "last"
+shingle_words = 5
+structural_harnesses = ["H-W", "H-D"]
+
+[provenance]
+fragment_chars = 20
+strict_fragment_chars = 40
+
+[agreement]
+evaluators = []
+
+[cess]
+bootstrap = {cess.bootstrap}
+cluster = "{cess.cluster}"
+confidence = {cess.confidence}
+seed = {cess.seed}
+"""

@@ -143,6 +143,9 @@ def render_markdown(report: Report, plan: Plan) -> str:
              f"({i.runs_in_subset} of {i.runs_in_archive} run attempts in the plan's subset)", ""]
     if i.index_warning:
         lines += [f"> **Warning: {i.index_warning}**", ""]
+    if not i.verified:
+        lines += ["> **Warning: built with --no-verify: the archive's files were not checked against their "
+                  "hashes.**", ""]
     lines += ["## Findings", ""] + [f"- {_md_finding(f)}" for f in report.findings] + [""]
     lines += [f"- **{v}** {label} ({detail})" for v, label, detail in highlights(report, plan)] + [""]
     lines += ["Browse every pair and run: [pairs](pages/pairs/index-1.html) · [runs](pages/runs/index-1.html)", ""]

@@ -8,16 +8,18 @@ concept (``draligned.indexing`` composes them).
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import duckdb
 
-from draligned.archive.store import Archive, ArchiveError
+from draligned.archive.store import Archive, ArchiveError, remove_stale_temp_files
 from draligned.archive.tables import ArchiveTables
 
 
@@ -48,27 +50,56 @@ def index_path(archive: Archive) -> Path:
     return archive.root / "index.duckdb"
 
 
+INDEX_LOCK = ".index.lock"
+"""Held while an index is rebuilt, so that rebuilds (by run, read, reindex, report) follow one another."""
+
+
+@contextmanager
+def _index_lock(archive: Archive) -> Iterator[None]:
+    """An exclusive lock on rebuilding the archive's index (released when the fd closes or the process dies)."""
+    fd = os.open(archive.root / INDEX_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 def rebuild_index(archive: Archive, tables: Sequence[ArchiveTables]) -> Path:
     """Rebuild ``index.duckdb`` with every supplier's tables, from the run records (started markers
-    included, a sealed record replacing its marker) and the files the suppliers read."""
+    included, a sealed record replacing its marker) and the files the suppliers read.
+
+    The new index is built under a unique temporary name and moved into place atomically, under the
+    index lock: readers see the old index or the new one, never half of one, and rebuilds at the same
+    time follow one another. Leftovers of killed rebuilds and killed ``write_once`` calls are removed.
+    """
     require_archive(archive)
     target = index_path(archive)
-    tmp = archive.root / ".index.duckdb.tmp"
-    for stale in (tmp, Path(str(tmp) + ".wal")):
-        stale.unlink(missing_ok=True)
-    records = {r.run_id: r for r in archive.started()}
-    records.update({r.run_id: r for r in archive.records()})
-    ordered = [records[k] for k in sorted(records)]
-    con = duckdb.connect(str(tmp))
-    try:
-        for supplier in tables:
-            if supplier.ddl:
-                con.execute(supplier.ddl)
-            for table, rows in supplier.rows(archive, ordered).items():
-                bulk_insert(con, table, rows)
-    finally:
-        con.close()
-    os.replace(tmp, target)
+    with _index_lock(archive):
+        for stale in archive.root.glob(".index*.tmp*"):  # killed rebuilds (we hold the lock: none is live)
+            stale.unlink(missing_ok=True)
+        remove_stale_temp_files(archive)
+        fd, name = tempfile.mkstemp(dir=archive.root, prefix=".index-", suffix=".tmp")
+        os.close(fd)
+        tmp = Path(name)
+        tmp.unlink()  # DuckDB creates the database file itself
+        records = {r.run_id: r for r in archive.started()}
+        records.update({r.run_id: r for r in archive.records()})
+        ordered = [records[k] for k in sorted(records)]
+        try:
+            con = duckdb.connect(str(tmp))
+            try:
+                for supplier in tables:
+                    if supplier.ddl:
+                        con.execute(supplier.ddl)
+                    for table, rows in supplier.rows(archive, ordered).items():
+                        bulk_insert(con, table, rows)
+            finally:
+                con.close()
+            os.replace(tmp, target)
+        finally:
+            for left in (tmp, Path(f"{tmp}.wal")):
+                left.unlink(missing_ok=True)
     return target
 
 

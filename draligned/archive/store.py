@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import time
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -53,6 +54,34 @@ def write_once(path: Path, data: bytes) -> bool:
     finally:
         os.unlink(tmp)
     return True
+
+
+STALE_TEMP_S = 300
+"""A ``write_once`` temp file older than this was left by a killed writer (a live write takes far less)."""
+
+
+def stale_temp_files(archive: Archive) -> list[Path]:
+    """``.tmp-*`` files that killed ``write_once`` calls left (in ``blobs/xx/``, ``runs/``, ``reads/``,
+    ``reviews/``), sorted."""
+    now = time.time()
+    found = [*archive.root.glob("blobs/??/.tmp-*"), *archive.root.glob("runs/.tmp-*"),
+             *archive.root.glob("reads/**/.tmp-*"), *archive.root.glob("reviews/**/.tmp-*")]
+    out = []
+    for path in found:
+        try:
+            if now - path.stat().st_mtime > STALE_TEMP_S:
+                out.append(path)
+        except FileNotFoundError:  # its writer just finished
+            continue
+    return sorted(out)
+
+
+def remove_stale_temp_files(archive: Archive) -> list[Path]:
+    """Remove the leftovers ``stale_temp_files`` finds (they never were part of the archive); returns them."""
+    stale = stale_temp_files(archive)
+    for path in stale:
+        path.unlink(missing_ok=True)
+    return stale
 
 
 def record_bytes(record: RunRecord) -> bytes:

@@ -13,7 +13,7 @@ from pathlib import Path
 import duckdb
 from pydantic import ValidationError
 
-from draligned.archive.store import Archive
+from draligned.archive.store import Archive, stale_temp_files
 from draligned.archive.tables import ArchiveTables
 from draligned.hashing import sha256_bytes, sha256_json
 from draligned.records import RunRecord
@@ -28,14 +28,24 @@ def verify_archive(archive: Archive, tables: Sequence[ArchiveTables]) -> list[st
 
 
 def verify_records(archive: Archive) -> list[str]:
-    """Altered blobs, unreadable or altered run records, missing blobs they reference and missing
-    run record files."""
+    """Altered blobs, unreadable or altered run records, missing blobs they reference, missing run
+    record files and leftovers of interrupted writes."""
     problems: list[str] = []
     for sha in archive.blob_shas():
         path = archive.blob_path(sha)
         actual = sha256_bytes(path.read_bytes())
         if actual != sha:
             problems.append(f"{path}: altered blob (content sha256 {actual})")
+    problems += record_problems(archive)
+    problems += [f"{p}: leftover of an interrupted write (removed by the next 'draligned run' or "
+                 f"'draligned archive reindex')" for p in stale_temp_files(archive)]
+    return problems
+
+
+def record_problems(archive: Archive) -> list[str]:
+    """The run records' part of verify (no blob is hashed, so it is cheap enough for every ``run``):
+    unreadable or altered records, missing blobs they reference, missing record files."""
+    problems: list[str] = []
     for path in archive.started_paths() + archive.record_paths():
         record = _check_record(path, problems)
         if record is None:

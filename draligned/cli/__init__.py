@@ -8,6 +8,8 @@ import os
 import sys
 from importlib.metadata import PackageNotFoundError, version
 
+from draligned.guards import REFUSALS
+
 # Each module defines ``register(subparsers)`` and sets ``func`` on its parsers.
 _COMMAND_MODULES = ("cards", "run", "archive", "evaluate", "cess", "report", "sandbox")
 
@@ -39,6 +41,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         code = args.func(args)
+    except REFUSALS as exc:  # one rule for every command: name what is wrong, exit 2, no traceback
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     except BrokenPipeError:  # output piped into a reader that stopped early (e.g. `| head`)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0

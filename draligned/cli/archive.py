@@ -9,8 +9,8 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
-from draligned.archive import Archive, ArchiveError
 from draligned.archive_summary import archive_stats, list_runs, run_text
+from draligned.guards import open_archive
 from draligned.indexing import rebuild, verify
 
 
@@ -25,7 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     ):
         q = s.add_parser(name, help=help_)
         q.add_argument("archive")
-        q.set_defaults(func=_clean_errors(func))
+        q.set_defaults(func=func)
         if name == "stats":
             q.add_argument("--json", action="store_true", help="print one JSON object")
     q = s.add_parser("show", help="show one run record and its events")
@@ -40,22 +40,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     which.add_argument("--draft", type=int, metavar="N", help="draft version N")
     which.add_argument("--requests", action="store_true", help="the search queries and page reads, in order")
     which.add_argument("--event", metavar="EVENT_ID", help="one event's texts, e.g. e0007")
-    q.set_defaults(func=_clean_errors(cmd_text))
-
-
-def _clean_errors(func):
-    """A missing or damaged archive is reported as one line naming the path (exit 2), not a traceback."""
-    def wrapped(args: argparse.Namespace) -> int:
-        try:
-            return func(args)
-        except ArchiveError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-    return wrapped
+    q.set_defaults(func=cmd_text)
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    archive = Archive(args.archive)
+    archive = open_archive(args.archive)
     problems = verify(archive)
     for line in problems:
         print(line, file=sys.stderr)
@@ -68,12 +57,12 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_reindex(args: argparse.Namespace) -> int:
-    print(rebuild(Archive(args.archive)))
+    print(rebuild(open_archive(args.archive)))
     return 0
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    data = archive_stats(Archive(args.archive)).model_dump()
+    data = archive_stats(open_archive(args.archive)).model_dump()
     if args.json:
         print(json.dumps(data, sort_keys=True))
         return 0
@@ -106,24 +95,19 @@ def cmd_ls(args: argparse.Namespace) -> int:
     for col in ("run", "attempt", "card", "arm", "model", "harness", "seed", "status", "calls",
                 "tools", "drafts", "final"):
         table.add_column(col)
-    for run in list_runs(Archive(args.archive)):
+    for run in list_runs(open_archive(args.archive)):
         table.add_row(*(str(x) for x in run.model_dump().values()))
     Console(width=160).print(table)
     return 0
 
 
 def cmd_text(args: argparse.Namespace) -> int:
-    print(run_text(Archive(args.archive), args.run_id, draft=args.draft, requests=args.requests, event=args.event))
+    print(run_text(open_archive(args.archive), args.run_id, draft=args.draft, requests=args.requests, event=args.event))
     return 0
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    archive = Archive(args.archive)
-    try:
-        record = archive.find_run(args.run_id)
-    except ArchiveError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    record = open_archive(args.archive).find_run(args.run_id)
     head = record.model_dump(mode="json", exclude={"events"})
     print(json.dumps(head, indent=1, ensure_ascii=False))
     for ev in record.events:

@@ -30,11 +30,11 @@ def card_paths(paths: list[str]) -> list[Path]:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    """Print OK or every problem per card file; exit 1 if any card has a problem."""
+    """Print OK or every problem per card file; exit 1 if any card has a problem, 2 if there is no card."""
     files = card_paths(args.paths)
-    if not files:
-        print(f"no card files found in {' '.join(args.paths)}", file=sys.stderr)
-        return 1
+    if not files:  # a mistyped path is not a set of valid cards
+        print(f"error: no card files found in {' '.join(args.paths)}", file=sys.stderr)
+        return 2
     failed = False
     for path in files:
         try:

@@ -7,10 +7,10 @@ import json
 import sys
 from pathlib import Path
 
-from draligned.archive import Archive
 from draligned.cess.archive_runs import ARCHIVE_LAMBDA, CessRun, export_trajectories
 from draligned.cess.pairs import Interval, PairsReport, arm_summaries, pairs_report
 from draligned.cli.cess import _positive_int, _table
+from draligned.guards import open_archive
 from draligned.workflow import load_cess_runs
 
 ESTIMANDS_NOTE = (
@@ -55,21 +55,13 @@ def pairs_text(report: PairsReport) -> str:
 
 
 def _run_export(args: argparse.Namespace) -> int:
-    archive = Archive(args.archive)
-    if not archive.root.exists():
-        print(f"error: {args.archive}: archive does not exist", file=sys.stderr)
-        return 2
-    n = export_trajectories(archive, args.out)
+    n = export_trajectories(open_archive(args.archive), args.out)
     print(f"{n} trajectories written to {args.out}", file=sys.stderr)
     return 0
 
 
 def _run_pairs(args: argparse.Namespace) -> int:
-    archive = Archive(args.archive)
-    if not archive.root.exists():
-        print(f"error: {args.archive}: archive does not exist", file=sys.stderr)
-        return 2
-    runs = load_cess_runs(archive)
+    runs = load_cess_runs(open_archive(args.archive), verify=not args.no_verify)
     report = pairs_report(runs, n_resamples=args.resamples)
     if args.json:
         print(json.dumps({"arms": [a.model_dump() for a in arm_summaries(runs)], **report.model_dump()}))
@@ -89,4 +81,6 @@ def register_archive_commands(commands: argparse._SubParsersAction) -> None:
     pairs.add_argument("--json", action="store_true", help="print one JSON object")
     pairs.add_argument("--resamples", type=_positive_int, default=10_000,
                        help="cluster-bootstrap resamples (10000)")
+    pairs.add_argument("--no-verify", action="store_true",
+                       help="do not check the archive's hashes first (faster on a big archive; not recommended)")
     pairs.set_defaults(func=_run_pairs)

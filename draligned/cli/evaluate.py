@@ -11,18 +11,23 @@ from typing import Literal
 from rich.console import Console
 from rich.table import Table
 
-from draligned.archive.store import Archive, ArchiveError
+from draligned.archive.store import Archive
 from draligned.evaluator.aggregate import STATES
 from draligned.evaluator.agreement import between_evaluators, between_reads
 from draligned.evaluator.batching import POLL_S
-from draligned.evaluator.config import EvaluatorError, load_evaluator
+from draligned.evaluator.config import EvaluatorError
 from draligned.evaluator.evidence import pair_chain
 from draligned.evaluator.packets import Phase
 from draligned.evaluator.review import export_sheet, import_answers
 from draligned.evaluator.states import PairCell, document_order, pair_cells, pair_matrix, state_rows
 from draligned.evaluator.storage import ReadStore
+from draligned.guards import evaluator_to_read, open_archive, require_reader
 from draligned.models import ModelError
 from draligned.workflow import batch_status, cancel_batch_jobs, read_and_index
+
+EVALUATOR_HELP = ("an evaluator id this archive was read by, or the evaluator's TOML file (either is accepted "
+                  "by every command)")
+NO_VERIFY_HELP = "do not check the archive's hashes first (faster on a big archive; not recommended)"
 
 _PHASE_ALIASES: dict[str, Phase] = {"requests": "requests", "drafts": "draft", "draft": "draft", "final": "final"}
 
@@ -30,7 +35,8 @@ _PHASE_ALIASES: dict[str, Phase] = {"requests": "requests", "drafts": "draft", "
 def register(sub: argparse._SubParsersAction) -> None:
     r = sub.add_parser("read", help="read an archive with an evaluator (idempotent, resumable)")
     r.add_argument("archive")
-    r.add_argument("--evaluator", required=True, help="evaluator TOML file")
+    r.add_argument("--evaluator", required=True,
+                   help="the evaluator's TOML file, or the id of a bundled one (e.g. sim-lexical-v1)")
     r.add_argument("--phase", default="requests,drafts,final", help="comma list of requests,drafts,final")
     r.add_argument("--batch", action="store_true",
                    help="send pending reads as provider batch jobs (OpenAI Batch API, Anthropic Message Batches), "
@@ -38,10 +44,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--status", action="store_true", help="with --batch: show where each batch job stands")
     r.add_argument("--cancel", action="store_true", help="with --batch: cancel the open batch jobs")
     r.add_argument("--poll-s", type=float, default=POLL_S, help="with --batch: seconds between polls")
+    r.add_argument("--no-verify", action="store_true", help=NO_VERIFY_HELP)
     r.set_defaults(func=cmd_read)
     s = sub.add_parser("states", help="directional states from an evaluator's reads")
     s.add_argument("archive")
-    s.add_argument("--evaluator", required=True, help="evaluator id")
+    s.add_argument("--evaluator", required=True, help=EVALUATOR_HELP)
     s.add_argument("--json", action="store_true", help="one JSON object per (run, phase, document, axis)")
     s.add_argument("--pairs", action="store_true", help="with --json: one object per pair and document")
     s.add_argument("--pair", metavar="PAIR", help="one pair's decision chain (read 1 / read 2 -> decision -> state "
@@ -49,29 +56,32 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.set_defaults(func=cmd_states)
     a = sub.add_parser("agreement", help="exact agreement and Cohen's kappa per phase")
     a.add_argument("archive")
-    a.add_argument("--evaluators", required=True, help="A,B (two evaluators) or A (read 1 vs read 2)")
+    a.add_argument("--evaluators", required=True,
+                   help="A,B (two evaluators) or A (read 1 vs read 2); each " + EVALUATOR_HELP)
     a.set_defaults(func=cmd_agreement)
     v = sub.add_parser("review", help="blinded human review sheets")
     vs = v.add_subparsers(dest="review_command", required=True)
     e = vs.add_parser("export", help="write a blinded sheet of document items")
     e.add_argument("archive")
-    e.add_argument("--evaluator", required=True, help="evaluator id whose states are reviewed")
+    e.add_argument("--evaluator", required=True, help="whose states are reviewed: " + EVALUATOR_HELP)
     e.add_argument("--out", required=True, help="sheet file (.jsonl or .csv)")
     e.add_argument("--limit", type=int, default=None, help="at most this many items")
     e.set_defaults(func=cmd_review_export)
     i = vs.add_parser("import", help="record reviewers' answers and report agreement")
     i.add_argument("archive")
-    i.add_argument("--evaluator", required=True, help="evaluator id of the exported sheet")
+    i.add_argument("--evaluator", required=True, help="of the exported sheet: " + EVALUATOR_HELP)
     i.add_argument("answers", nargs="+", help="answer files (JSONL or CSV: item_id, reviewer, answer)")
     i.set_defaults(func=cmd_review_import)
 
 
 def parse_phases(text: str) -> list[Phase]:
     """`requests,drafts,final` -> the phase names used in manifests."""
-    try:
-        return [_PHASE_ALIASES[p.strip()] for p in text.split(",") if p.strip()]
-    except KeyError as exc:
-        raise SystemExit(f"unknown phase {exc.args[0]!r}; use requests, drafts, final") from None
+    phases = [p.strip() for p in text.split(",") if p.strip()]
+    unknown = [p for p in phases if p not in _PHASE_ALIASES]
+    if unknown or not phases:
+        raise EvaluatorError(f"--phase {text!r}: unknown phase {', '.join(map(repr, unknown)) or '(none given)'}; "
+                             f"use a comma list of requests, drafts, final")
+    return [_PHASE_ALIASES[p] for p in phases]
 
 
 def cmd_read(args: argparse.Namespace) -> int:
@@ -79,18 +89,20 @@ def cmd_read(args: argparse.Namespace) -> int:
     if (args.status or args.cancel) and not args.batch:
         console.print("[red]error:[/red] --status and --cancel go with --batch")
         return 2
+    phases = tuple(parse_phases(args.phase))
+    archive = open_archive(args.archive)
     try:
-        archive, evaluator = Archive(args.archive), load_evaluator(args.evaluator)
+        evaluator = evaluator_to_read(archive, args.evaluator)
         if args.status or args.cancel:
             shown = (batch_status(archive, evaluator) if args.status else cancel_batch_jobs(archive, evaluator))
             for item in shown:
                 print(json.dumps(item.model_dump(mode="json")))
             return 0
-        summary = read_and_index(archive, evaluator, tuple(parse_phases(args.phase)), batch=args.batch,
+        summary = read_and_index(archive, evaluator, phases, verify=not args.no_verify, batch=args.batch,
                                  poll_s=args.poll_s, seen=lambda s: console.print(
                                      f"batch {s.batch_id}: {s.status} {json.dumps(s.counts)}"))
-    except (EvaluatorError, ArchiveError, ModelError) as exc:
-        console.print(f"[red]error:[/red] {exc}")
+    except ModelError as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         console.print("interrupted: submitted batch jobs are recorded in the archive; the same command resumes "
@@ -118,15 +130,15 @@ def print_pair_matrix(cells: list[PairCell], document: str = "final", title: str
 
 
 def cmd_states(args: argparse.Namespace) -> int:
-    archive = Archive(args.archive)
-    if not ReadStore(archive, args.evaluator).exists():
-        known = ", ".join(ReadStore.evaluator_ids(archive)) or "none"
-        print(f"error: evaluator {args.evaluator!r} has not read {archive.root} (read by: {known})",
-              file=sys.stderr)
+    if args.pairs and not args.json:
+        print("error: --pairs changes the --json output (one object per pair); give both, or neither for "
+              "the pair matrices", file=sys.stderr)
         return 2
+    archive = open_archive(args.archive)
+    evaluator_id = require_reader(archive, args.evaluator)
     if args.pair:
-        return print_pair_chain(archive, args.evaluator, args.pair, args.json)
-    rows = state_rows(archive, args.evaluator)
+        return print_pair_chain(archive, evaluator_id, args.pair, args.json)
+    rows = state_rows(archive, evaluator_id)
     if args.json and args.pairs:
         for cell in pair_cells(archive, rows):
             print(json.dumps(cell.model_dump(mode="json")))
@@ -167,14 +179,18 @@ def print_pair_chain(archive: Archive, evaluator_id: str, pair: str, as_json: bo
 
 
 def cmd_agreement(args: argparse.Namespace) -> int:
-    archive = Archive(args.archive)
-    ids = [x.strip() for x in args.evaluators.split(",") if x.strip()]
+    archive = open_archive(args.archive)
+    ids = [require_reader(archive, x.strip()) for x in args.evaluators.split(",") if x.strip()]
     if len(ids) == 1:
         results = between_reads(ReadStore(archive, ids[0]))
     elif len(ids) == 2:
         results = between_evaluators(state_rows(archive, ids[0]), state_rows(archive, ids[1]))
     else:
         print("error: --evaluators takes one id (read 1 vs read 2) or two ids", file=sys.stderr)
+        return 2
+    if not results:
+        what = "a second read of any document" if len(ids) == 1 else "any document both have read"
+        print(f"error: nothing to compare: {' and '.join(ids)} have no {what} in {archive.root}", file=sys.stderr)
         return 2
     for res in results:
         print(json.dumps({"raters": ids if len(ids) == 2 else [f"{ids[0]}:read1", f"{ids[0]}:read2"],
@@ -183,19 +199,21 @@ def cmd_agreement(args: argparse.Namespace) -> int:
 
 
 def cmd_review_export(args: argparse.Namespace) -> int:
-    archive = Archive(args.archive)
+    archive = open_archive(args.archive)
+    evaluator_id = require_reader(archive, args.evaluator)
     out = Path(args.out)
     fmt: Literal["jsonl", "csv"] = "csv" if out.suffix == ".csv" else "jsonl"
-    text, sheet_id = export_sheet(archive, args.evaluator, state_rows(archive, args.evaluator), fmt, args.limit)
+    text, sheet_id = export_sheet(archive, evaluator_id, state_rows(archive, evaluator_id), fmt, args.limit)
     out.write_text(text, encoding="utf-8")
-    print(f"sheet {sheet_id}: {out} (key kept under {archive.root / 'reviews' / args.evaluator})")
+    print(f"sheet {sheet_id}: {out} (key kept under {archive.root / 'reviews' / evaluator_id})")
     return 0
 
 
 def cmd_review_import(args: argparse.Namespace) -> int:
     texts = [Path(p).read_text(encoding="utf-8") for p in args.answers]
     try:
-        report = import_answers(Archive(args.archive), args.evaluator, texts)
+        archive = open_archive(args.archive)
+        report = import_answers(archive, require_reader(archive, args.evaluator), texts)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -36,6 +37,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cache", choices=CACHE_MODES, help="replay cache mode (overrides the study's `cache`)")
     p.add_argument("--cache-dir", help="replay cache directory (default ARCHIVE/cache); e.g. an old "
                                        "archive's cache to replay it with --cache read-only")
+    p.add_argument("--no-verify", action="store_true",
+                   help="do not check the archive's run records first (a damaged record would pass for a "
+                        "finished slot)")
     p.set_defaults(func=cmd_run)
     d = sub.add_parser("demo", help="run the bundled offline demo study with the simulated agent")
     d.add_argument("--out", required=True, help="output directory; the archive goes to OUT/archive")
@@ -72,9 +76,10 @@ def _guarded(console: Console, work: Callable[[], T]) -> tuple[int, T | None]:
     try:
         return 0, work()
     except StudyInterrupted as exc:
-        console.print(f"interrupted: finished runs are kept in {escape(str(exc.archive_root))}; run the same "
+        how = " (SIGTERM)" if exc.signum == signal.SIGTERM else ""
+        console.print(f"interrupted{how}: finished runs are kept in {escape(str(exc.archive_root))}; run the same "
                       f"command again to resume (interrupted runs are rerun as new attempts)", soft_wrap=True)
-        return 130, None
+        return 128 + exc.signum, None  # 130 Ctrl-C, 143 SIGTERM
     except STUDY_ERRORS as exc:
         _error(console, str(exc))
         return 2, None
@@ -115,7 +120,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     with _progress_bars(console) as bars:
         code, result = _guarded(console, lambda: run_study_file(
-            Path(args.study), args.archive, args.cache, args.cache_dir, bars))
+            Path(args.study), args.archive, args.cache, args.cache_dir, bars, verify=not args.no_verify))
     if result is None:
         return code
     _summary(result)

@@ -28,9 +28,9 @@ epsilon = 0.2
 """
 
 
-def write_pool_study(tmp: Path, seeds: int = 2) -> Path:
+def write_pool_study(tmp: Path, seeds: int = 2, name: str = "pool") -> Path:
     """The travel card, both arms, the 2x2 selection x stopping cells, K = 3."""
-    path = write_study(tmp, ["travel_budget_en.json"], seeds=seeds, name="pool", extra=POOL_SEARCH)
+    path = write_study(tmp, ["travel_budget_en.json"], seeds=seeds, name=name, extra=POOL_SEARCH)
     lines = path.read_text().splitlines()
     path.write_text("\n".join(line for line in lines if not line.startswith("corpus =")))  # pools only
     return path

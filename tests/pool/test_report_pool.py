@@ -6,6 +6,7 @@ import csv
 from pathlib import Path
 
 import duckdb
+import pytest
 
 from draligned.archive import Archive
 from draligned.cli import main
@@ -22,7 +23,7 @@ def test_report_of_a_pool_archive_without_states_fills_the_cess_tables(pool_arch
     out = tmp_path / "report"
     plan = tmp_path / "plan.toml"
     plan.write_text('name = "pool"\nversion = 1\n[cess]\nbootstrap = 100\n')
-    assert main(["report", str(pool_archive.root), "--plan", str(plan), "--evaluator", "none",
+    assert main(["report", str(pool_archive.root), "--plan", str(plan),
                  "--out", str(out)]) == 0
     con = duckdb.connect(str(pool_archive.root / "index.duckdb"), read_only=True)
     truth = {(arm, cell): om for arm, cell, om in con.execute(
@@ -41,13 +42,15 @@ def test_report_of_a_pool_archive_without_states_fills_the_cess_tables(pool_arch
     assert effects["selection"]["blocks"] == "4"  # (travel, arm) x 2 seeds
 
 
-def test_interventions_follow_the_plan_subset(pool_archive: Archive, tmp_path: Path):
+def test_a_plan_subset_that_matches_nothing_is_refused_naming_the_studies(pool_archive: Archive, tmp_path: Path,
+                                                                          capsys: pytest.CaptureFixture[str]):
     plan = tmp_path / "plan.toml"
     plan.write_text('name = "other"\nversion = 1\n[subset]\nstudies = ["not-this-one"]\n')
     out = tmp_path / "report"
-    assert main(["report", str(pool_archive.root), "--plan", str(plan), "--evaluator", "none",
-                 "--out", str(out)]) == 0
-    assert _csv(out / "tables" / "cess_interventions.csv") == []
+    assert main(["report", str(pool_archive.root), "--plan", str(plan), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {plan}: [subset] matches none of the 16 runs" in err and "the archive has studies pool;" in err
+    assert not out.exists()
 
 
 def test_evaluator_pairs_stay_within_the_search_cell(pool_archive: Archive, tmp_path: Path):
@@ -85,7 +88,7 @@ def test_pool_runs_without_a_cess_row_still_pair_within_their_cell(pool_archive:
     plan = tmp_path / "plan.toml"
     plan.write_text('name = "pool"\nversion = 1\n[cess]\nbootstrap = 100\n')
     out = tmp_path / "report"
-    assert main(["report", str(copy.root), "--plan", str(plan), "--evaluator", "none", "--out", str(out)]) == 0
+    assert main(["report", str(copy.root), "--plan", str(plan), "--out", str(out)]) == 0
     cov = _csv(out / "tables" / "coverage_pairs.csv")[0]
     assert (cov["pairs"], cov["both_runs"]) == ("8", "8")
     assert _csv(out / "tables" / "cess_by_pair.csv") == []

@@ -1,0 +1,234 @@
+"""Concurrency and crashes (issue 11): index rebuilds under any mix of commands, the run lock held to the end,
+leftovers of killed writes and killed runs cleaned up, SIGTERM handled like Ctrl-C."""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import json
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from draligned.archive import Archive
+from draligned.archive.index import rebuild_index
+from draligned.archive.tables import ArchiveTables
+from draligned.cli import main
+from draligned.indexing import DERIVED, verify
+from draligned.runner import LOCK_NAME
+from draligned.sandbox import workspace_root
+from tests.study_helpers import REPO, write_study
+
+needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed")
+
+
+@pytest.fixture
+def small(tmp_path: Path) -> tuple[Path, Archive]:
+    """A finished one-card H00 study and its archive."""
+    study = write_study(tmp_path, ["travel_budget_en.json"], name="small")
+    assert main(["run", str(study)]) == 0
+    return study, Archive(tmp_path / "archive")
+
+
+def _runs_in_index(archive: Archive) -> int:
+    with duckdb.connect(str(archive.root / "index.duckdb"), read_only=True) as con:
+        row = con.execute("SELECT count(*) FROM runs").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_a_rebuild_builds_under_a_unique_name_while_readers_keep_the_whole_old_index(small):
+    """Mid-rebuild (inside a supplier): the old index still opens with all its runs, the new one is built
+    under a name of its own (a fixed name let two rebuilds crash each other), and the lock is held."""
+    _, archive = small
+    (archive.root / ".index.duckdb.tmp").write_bytes(b"left by a killed rebuild")
+    seen: dict[str, object] = {}
+
+    def probe(arch: Archive, records: object) -> dict:
+        seen["temps"] = sorted(p.name for p in arch.root.glob(".index*.tmp*") if p.suffix != ".wal")
+        seen["runs"] = _runs_in_index(arch)
+        fd = os.open(arch.root / ".index.lock", os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            seen["locked"] = False
+        except BlockingIOError:
+            seen["locked"] = True
+        finally:
+            os.close(fd)
+        return {}
+
+    rebuild_index(archive, (*DERIVED, ArchiveTables(name="probe", rows=probe)))
+    temps = seen["temps"]
+    assert isinstance(temps, list) and len(temps) == 1 and temps[0] != ".index.duckdb.tmp"
+    assert seen["runs"] == 2 and seen["locked"] is True
+    assert not list(archive.root.glob(".index*.tmp*")) and _runs_in_index(archive) == 2
+
+
+@pytest.mark.slow
+def test_rebuilds_by_reindex_read_report_and_stats_at_once_all_succeed(small, tmp_path):
+    """4 reindexes, 2 reads, a report and stats on one archive at the same time, three times over."""
+    _, archive = small
+    a = str(archive.root)
+    commands = [["archive", "reindex", a]] * 4 + [["read", a, "--evaluator", str(REPO / "evaluators/sim.toml")]] * 2
+    commands += [["report", a, "--out", str(tmp_path / "report")], ["archive", "stats", a, "--json"]]
+    for _ in range(3):
+        procs = [subprocess.Popen([sys.executable, "-m", "draligned.cli", *c], stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.PIPE) for c in commands]
+        said = [p.communicate()[1].decode() for p in procs]
+        assert [(c, p.returncode, e) for c, p, e in zip(commands, procs, said, strict=True) if p.returncode] == []
+    assert _runs_in_index(archive) == 2 and verify(archive) == []
+
+
+def test_run_holds_its_lock_through_reindexing_and_also_when_nothing_is_left_to_do(small, monkeypatch, capsys):
+    study, archive = small
+    held: list[bool] = []
+    real = __import__("draligned.runner", fromlist=["rebuild"]).rebuild
+
+    def rebuild_checking_the_lock(arch: Archive):
+        fd = os.open(arch.root / LOCK_NAME, os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            held.append(False)
+        except BlockingIOError:
+            held.append(True)
+        finally:
+            os.close(fd)
+        return real(arch)
+
+    monkeypatch.setattr("draligned.runner.rebuild", rebuild_checking_the_lock)
+    assert main(["run", str(study)]) == 0  # nothing left to do
+    assert held == [True]
+    fd = os.open(archive.root / LOCK_NAME, os.O_RDWR)  # another run holds the archive
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        assert main(["run", str(study)]) == 2
+    finally:
+        os.close(fd)
+    assert "another 'draligned run' is writing to this archive" in capsys.readouterr().err
+
+
+def _leftovers(archive: Archive, age_s: float) -> list[Path]:
+    """``.tmp-*`` files as a killed ``write_once`` leaves them, ``age_s`` seconds old."""
+    blob_dir = next(p for p in (archive.root / "blobs").iterdir() if p.is_dir())
+    made = [blob_dir / ".tmp-k1ll3d", archive.runs_dir / ".tmp-s1gk1ll"]
+    for path in made:
+        path.write_bytes(b"half a write")
+        old = path.stat().st_mtime - age_s
+        os.utime(path, (old, old))
+    return made
+
+
+def test_leftovers_of_killed_writes_are_named_by_verify_and_removed_by_reindex(small, capsys):
+    _, archive = small
+    fresh = _leftovers(archive, 0)  # a write in progress in another process: not named, not removed
+    assert verify(archive) == []
+    stale = [p.rename(p.with_name(p.name + "-old")) for p in fresh]
+    for path in stale:
+        os.utime(path, (1, 1))
+    assert main(["archive", "verify", str(archive.root)]) == 1
+    err = capsys.readouterr().err
+    assert all(f"{p}: leftover of an interrupted write" in err for p in stale), err
+    assert main(["archive", "reindex", str(archive.root)]) == 0
+    assert not any(p.exists() for p in stale) and verify(archive) == []
+
+
+def test_run_removes_leftovers_of_killed_writes(small):
+    study, archive = small
+    stale = _leftovers(archive, 3600)
+    assert main(["run", str(study)]) == 0
+    assert not any(p.exists() for p in stale) and verify(archive) == []
+
+
+def test_sigterm_interrupts_a_study_like_ctrl_c_with_exit_143_and_the_resume_hint(tmp_path, capsys, monkeypatch):
+    async def terminated(study, progress=None, verify=True):
+        Archive(study.archive_root).root.mkdir(parents=True)
+        os.kill(os.getpid(), signal.SIGTERM)
+        await asyncio.Event().wait()  # cancelled by the signal, as Ctrl-C cancels it
+
+    monkeypatch.setattr("draligned.workflow.run_study", terminated)
+    before = signal.getsignal(signal.SIGTERM)
+    assert main(["run", str(write_study(tmp_path, ["travel_budget_en.json"]))]) == 143
+    err = capsys.readouterr().err
+    assert "interrupted (SIGTERM): finished runs are kept" in err and "run the same command again" in err
+    assert (tmp_path / "archive" / "index.duckdb").exists() and signal.getsignal(signal.SIGTERM) is before
+
+
+#: ``draligned run STUDY`` that says on file descriptor ``fd`` where its first H-W workspace is, once it made
+#: it; with ``hold`` it then stands still (event loop blocked) until killed.
+SAY_WORKSPACE = """
+import os, sys, threading
+import draligned.executors.hw as hw
+from draligned.cli import main
+
+study, fd, hold = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "hold"
+made = hw.new_workspace
+
+def new_workspace():
+    path = made()
+    os.write(fd, (str(path) + "\\n").encode())
+    if hold:
+        threading.Event().wait()
+    return path
+
+hw.new_workspace = new_workspace
+sys.exit(main(["run", study]))
+"""
+
+
+def _start_hw_run(tmp_path: Path, hold: bool) -> tuple[subprocess.Popen, Path]:
+    """Start an H-W study in a subprocess; returns it and the workspace it made (once it made it)."""
+    study = write_study(tmp_path, ["travel_budget_en.json"], extra='harnesses = ["H-W"]', latency_s=60)
+    r, w = os.pipe()
+    proc = subprocess.Popen([sys.executable, "-c", SAY_WORKSPACE, str(study), str(w), "hold" if hold else "go"],
+                            pass_fds=(w,), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    os.close(w)
+    try:
+        ready, _, _ = select.select([r], [], [], 300)  # a guard against a hang, not a timing
+        said = os.read(r, 4096).decode().splitlines() if ready else []
+    finally:
+        os.close(r)
+    if not said:
+        proc.kill()
+        pytest.fail(proc.communicate()[1].decode())
+    return proc, Path(said[0])
+
+
+@needs_bwrap
+@pytest.mark.slow
+def test_a_killed_runs_workspace_is_removed_by_the_next_run(tmp_path):
+    proc, workspace = _start_hw_run(tmp_path, hold=True)
+    proc.kill()
+    proc.wait()
+    owner = workspace.with_name(workspace.name + ".owner")
+    assert workspace.is_dir() and json.loads(owner.read_text())[0] == str((tmp_path / "archive").resolve())
+    other = workspace_root() / "0123456789abcdef"  # another archive's live run: left alone
+    other.mkdir()
+    other.with_name(other.name + ".owner").write_text(json.dumps(["/elsewhere/archive", "r1"]))
+    try:
+        study = tmp_path / "t.toml"
+        study.write_text(study.read_text().replace("latency_s = 60", "latency_s = 0"))
+        assert main(["run", str(study)]) == 0  # (the edited model declaration makes new slots)
+        assert not workspace.exists() and not owner.exists() and other.is_dir()
+    finally:
+        shutil.rmtree(other, ignore_errors=True)
+        other.with_name(other.name + ".owner").unlink(missing_ok=True)
+
+
+@needs_bwrap
+@pytest.mark.slow
+def test_sigterm_mid_run_exits_143_removes_the_workspace_and_keeps_the_archive_resumable(tmp_path):
+    proc, workspace = _start_hw_run(tmp_path, hold=False)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 143, err.decode()
+    assert "interrupted (SIGTERM)" in err.decode() and "run the same command again" in err.decode()
+    assert not workspace.exists()
+    archive = Archive(tmp_path / "archive")
+    assert archive.started_paths() and verify(archive) == []
