@@ -69,6 +69,12 @@ class RemoteModel(ModelAPI):
     def read_reply(self, data: dict[str, Any]) -> dict[str, Any]:
         """ModelReply fields (text, tool_calls, finish_reason, refusal, usage, model_echo, anomalies)."""
 
+    def failure_hint(self, status: int | None, message: str, body: dict[str, Any]) -> str:
+        """What to check after a final failure: a 404 that names nothing the request sent is a wrong URL."""
+        if status != 404 or any(i in message for i in sent_ids(body)):
+            return ""
+        return " — check base_url: the host root for anthropic, including /v1 for openai"
+
     # ------------------------------------------------------------------ shared machinery
     @property
     def label(self) -> str:
@@ -148,8 +154,7 @@ class RemoteModel(ModelAPI):
             f = exc.failure
             how = "failed fast (not retried)" if not f.retryable else f"gave up after {len(exc.attempts)} attempt(s)"
             status = f"HTTP {f.status_code} " if f.status_code else ""
-            hint = (" — check base_url: the host root for anthropic, including /v1 for openai"
-                    if f.status_code == 404 else "")
+            hint = self.failure_hint(f.status_code, f.message, body)
             raise ModelError(f"{self.label}: {status}{f.error}: {f.message} ({how}){hint}", exc.attempts) from None
         finally:
             if retrying and listener is not None:
@@ -171,6 +176,16 @@ class RemoteModel(ModelAPI):
                           attempts=attempts, request_headers=self.declaration.headers or None,
                           response_headers=kept, gateway=gateway_info(kept, data),
                           connection_limit=self.connections.limit if self.connections.adaptive else None)
+
+
+def sent_ids(value: Any) -> set[str]:
+    """Every ``id`` and ``previous_response_id`` in a request body: a 404 naming one is about the request."""
+    if isinstance(value, list):
+        return set().union(*(sent_ids(v) for v in value)) if value else set()
+    if not isinstance(value, dict):
+        return set()
+    own = {v for k, v in value.items() if k in ("id", "previous_response_id") and isinstance(v, str) and v}
+    return own.union(*(sent_ids(v) for v in value.values()))
 
 
 #: Socket errors under a connection error, named as a reader would.
