@@ -15,8 +15,8 @@ import pytest
 from draligned.archive import Archive
 from draligned.cli import main
 from draligned.records import ModelAttemptEvent, ModelCallEvent
-from tests.conftest import REPO
 from tests.independent_provider import State, serve
+from tests.test_gateway import study  # the study file both gateway checks write
 
 KEY = "sk-independent-7f3e-SECRET"
 UPSTREAM = "fake-chat-2026-01-01"
@@ -30,7 +30,7 @@ LITELLM = [("x-litellm-call-id", "5f0c"), ("x-litellm-model-id", "b247ea30"),
 
 @pytest.fixture(autouse=True)
 def key(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("IND_KEY", KEY)
+    monkeypatch.setenv("GW_KEY", KEY)
 
 
 @contextmanager
@@ -43,34 +43,13 @@ def provider(state: State) -> Iterator[tuple[State, str]]:
         server.server_close()
 
 
-def study(tmp: Path, base_url: str, protocol: str = "openai-chat", model: str = "gw-chat", extra: str = "",
-          model_extra: str = "") -> Path:
-    path = tmp / "ind.toml"
-    path.write_text(f"""name = "ind"
-cards = ["{REPO / 'factor_cards' / 'travel_budget_en.json'}"]
-arms = ["P"]
-harnesses = ["H00"]
-archive = "archive"
-corpus = "{REPO / 'corpora' / 'demo' / 'corpus.jsonl'}"
-{extra}
-[[models]]
-name = "m"
-protocol = "{protocol}"
-model = "{model}"
-base_url = "{base_url}"
-api_key_env = "IND_KEY"
-{model_extra}
-""")
-    return path
-
-
 def calls(tmp: Path) -> list[ModelCallEvent]:
     return [e for r in Archive(tmp / "archive").records() for e in r.events if isinstance(e, ModelCallEvent)]
 
 
 def test_litellm_headers_name_the_served_model_and_the_echo_check_uses_it(tmp_path):
     with provider(State(headers=LITELLM)) as (_, url):
-        path = study(tmp_path, url, model_extra=f'checks = {{ accepted_model_echoes = ["{UPSTREAM}"] }}')
+        path = study(tmp_path, "openai-chat", url, model_extra=f'checks = {{ accepted_model_echoes = ["{UPSTREAM}"] }}')
         assert main(["run", str(path)]) == 0
     first, follow = calls(tmp_path)
     assert first.model_echo == "gw-chat" and first.violations == []  # the alias, passed on the header's model
@@ -85,7 +64,7 @@ def test_credentials_in_response_headers_are_never_archived(tmp_path):
              ("x-access-token", other), ("x-portkey-api-key", other), ("x-forwarded-for-key", f"bearer {other}"),
              ("x-echo", f"your key {KEY}")]
     with provider(State(headers=leaks)) as (_, url):
-        assert main(["run", str(study(tmp_path, url))]) == 0
+        assert main(["run", str(study(tmp_path, "openai-chat", url))]) == 0
     archive = Archive(tmp_path / "archive")
     headers = json.loads(archive.get_text(calls(tmp_path)[0].headers_blob))
     assert {n: headers[n] for n, _ in leaks[:-1]} == {n: "[removed]" for n, _ in leaks[:-1]}
@@ -97,13 +76,14 @@ def test_credentials_in_response_headers_are_never_archived(tmp_path):
 def test_rate_limit_and_usage_headers_are_kept_not_taken_for_secrets(tmp_path):
     kept = [("x-ratelimit-remaining-tokens", "9000"), ("x-litellm-key-spend", "0.5")]
     with provider(State(headers=kept)) as (_, url):
-        assert main(["run", str(study(tmp_path, url))]) == 0
+        assert main(["run", str(study(tmp_path, "openai-chat", url))]) == 0
     headers = json.loads(Archive(tmp_path / "archive").get_text(calls(tmp_path)[0].headers_blob))
     assert headers["x-ratelimit-remaining-tokens"] == "9000" and headers["x-litellm-key-spend"] == "0.5"
 
 
 def test_a_key_in_a_declared_gateway_header_is_refused(tmp_path, capsys):
-    path = study(tmp_path, "http://127.0.0.1:9/v1", model_extra='headers = { x-litellm-api-key = "sk-1234" }')
+    path = study(tmp_path, "openai-chat", "http://127.0.0.1:9/v1",
+                 model_extra='headers = { x-litellm-api-key = "sk-1234" }')
     assert main(["run", str(path)]) == 2
     assert "x-litellm-api-key would be archived with every call" in capsys.readouterr().err
     assert not (tmp_path / "archive").exists()
@@ -113,7 +93,7 @@ def test_non_ascii_and_very_many_headers_are_kept_and_no_gateway_is_invented(tmp
     many = [(f"x-trace-{i:03d}", str(i)) for i in range(200)]
     odd = [("x-region", "Zürich"), ("x-utf8", "東京".encode().decode("latin-1"))]  # latin-1 and raw UTF-8 bytes
     with provider(State(headers=many + odd)) as (_, url):
-        assert main(["run", str(study(tmp_path, url))]) == 0
+        assert main(["run", str(study(tmp_path, "openai-chat", url))]) == 0
     call = calls(tmp_path)[0]
     headers = json.loads(Archive(tmp_path / "archive").get_text(call.headers_blob))
     assert all(headers[n] == v for n, v in many) and headers["x-region"] == "Zürich"
@@ -123,7 +103,7 @@ def test_non_ascii_and_very_many_headers_are_kept_and_no_gateway_is_invented(tmp
 
 def test_responses_store_false_follow_ups_pass_the_documented_rules(tmp_path):
     with provider(State()) as (state, url):
-        assert main(["run", str(study(tmp_path, url, "openai-responses", "o-ind"))]) == 0
+        assert main(["run", str(study(tmp_path, "openai-responses", url, "o-ind"))]) == 0
         bodies = [r["body"] for r in state.requests]
     assert [b["store"] for b in bodies] == [False, False] and "previous_response_id" not in bodies[1]
     assert bodies[1]["include"] == ["reasoning.encrypted_content"]
@@ -135,7 +115,7 @@ def test_responses_store_false_follow_ups_pass_the_documented_rules(tmp_path):
 
 def test_a_reasoning_item_without_encrypted_content_names_that_not_the_base_url(tmp_path):
     with provider(State(sealed=False)) as (_, url):  # as when a gateway drops `include`
-        assert main(["run", str(study(tmp_path, url, "openai-responses", "o-ind"))]) == 1
+        assert main(["run", str(study(tmp_path, "openai-responses", url, "o-ind"))]) == 1
     (rec,) = Archive(tmp_path / "archive").records()
     assert "HTTP 404" in rec.status_reason and "Item with id 'rs_0' not found" in rec.status_reason
     assert "check base_url" not in rec.status_reason
@@ -144,16 +124,15 @@ def test_a_reasoning_item_without_encrypted_content_names_that_not_the_base_url(
 
 def test_a_wrong_path_404_still_points_at_the_base_url(tmp_path):
     with provider(State()) as (_, url):
-        assert main(["run", str(study(tmp_path, url.removesuffix("/v1") + "/api"))]) == 1
+        assert main(["run", str(study(tmp_path, "openai-chat", url.removesuffix("/v1") + "/api"))]) == 1
     (rec,) = Archive(tmp_path / "archive").records()
     assert "HTTP 404" in rec.status_reason and "check base_url" in rec.status_reason
 
 
 def test_a_burst_of_429s_through_the_cli_lowers_the_limit_and_it_recovers(tmp_path):
     with provider(State(fail_first=3, fail_status=429)) as (_, url):
-        path = study(tmp_path, url, model="m-x", extra="seeds = 3\nconcurrency = 1",
+        path = study(tmp_path, "openai-chat", url, model="m-x", extra="seeds = 3\nconcurrency = 1", arms='"all"',
                      model_extra='retry = { max_connections = "auto", auto_start = 4, auto_min = 1, auto_max = 8 }')
-        path.write_text(path.read_text().replace('arms = ["P"]', 'arms = "all"'))
         assert main(["run", str(path)]) == 0
     records = sorted(Archive(tmp_path / "archive").records(), key=lambda r: r.started_at)
     attempts = [e.attempt for r in records for e in r.events if isinstance(e, ModelAttemptEvent)]
@@ -165,7 +144,8 @@ def test_a_burst_of_429s_through_the_cli_lowers_the_limit_and_it_recovers(tmp_pa
 
 def test_a_study_stops_at_its_cost_cap_on_a_fresh_archive(tmp_path, capsys):
     with provider(State()) as (_, url):
-        path = study(tmp_path, url, model="m-x", extra="seeds = 4\nconcurrency = 1\nmax_cost_usd = 0.0005",
+        path = study(tmp_path, "openai-chat", url, model="m-x",
+                     extra="seeds = 4\nconcurrency = 1\nmax_cost_usd = 0.0005", arms='"all"',
                      model_extra="price = { input = 1.0, output = 2.0 }")  # 2 calls of 120 + 30 tokens: $0.00036 a run
         assert main(["run", str(path)]) == 1
     out = capsys.readouterr().out
