@@ -4,7 +4,8 @@ Starts tests/independent_provider.py on loopback (every 3rd request answered wit
 LiteLLM proxy in front of it (``drop_params: true``, alias ``gw-chat`` for
 ``openai/fake-chat-2026-01-01``, ``num_retries: 2``, a price), then through the proxy: a draligned
 study (openai-chat, sim cards), the same study with ``headers = {x-litellm-num-retries = "0"}``, a
-study whose ``accepted_model_echoes`` names another model, and an evaluator read. Each check prints
+study whose ``accepted_model_echoes`` names another model, an ``openai-responses`` study (store =
+false, reasoning items carried) and an evaluator read. Each check prints
 PASS or FAIL; the exit code is the number of failures.
 
     python -m venv /tmp/llvenv && /tmp/llvenv/bin/pip install 'litellm[proxy]'
@@ -134,6 +135,17 @@ def run(litellm: str, port: int) -> None:
         reason = Archive(work / "wrong").records()[0].status_reason or ""
         check("its message says the gateway's model was checked",
               f"served model '{UPSTREAM}' (checked instead of the echo 'gw-chat'" in reason, reason)
+        state.requests.clear()
+        responses = write_study(work, "responses", base).read_text().replace('"openai-chat"', '"openai-responses"')
+        (work / "responses.toml").write_text(responses.replace("request = { thinking", "request = { reasoning"))
+        check("responses study (store = false) through LiteLLM completes",
+              cli(["run", str(work / "responses.toml")]) == 0)
+        follow = [r["body"] for r in state.requests if any(i.get("type") == "function_call_output"
+                                                            for i in r["body"].get("input", []))]
+        check("its follow-ups reached the provider with store = false and sealed reasoning items",
+              bool(follow) and all(b.get("store") is False and any(
+                  i.get("type") == "reasoning" and i.get("encrypted_content") for i in b["input"]) for b in follow),
+              f"{len(follow)} follow-up(s)")
         read = evaluator_read(work, base)
         check("evaluator read through LiteLLM keeps headers and the served model", read, read)
     finally:

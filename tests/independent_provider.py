@@ -2,8 +2,9 @@
 
 It speaks OpenAI chat completions (``POST /v1/chat/completions``), the OpenAI responses API
 (``POST /v1/responses``) and Anthropic messages (``POST /v1/messages``), enough for a draligned H00
-run (``search``, then ``submit_report``) and an evaluator read (a JSON answer). It is
-the upstream behind a real LiteLLM proxy in ``litellm_check.py`` and is not draligned's test server.
+run (``search``, then ``submit_report``) and an evaluator read (a JSON answer). It is the upstream
+behind the real LiteLLM proxy in ``benchmarks/gateway_litellm.py``; it shares no code with
+``tests/loopback_*.py`` or ``tests/fake_providers.py``.
 
 The responses endpoint behaves as the API documents for ``store = false``: nothing is kept, so an
 ``item_reference`` or a ``previous_response_id`` is "not found" (404), a reasoning item comes back
@@ -12,9 +13,9 @@ reasoning item passed back without it is "not found" (404), and a ``function_cal
 without the reasoning item that preceded it is refused (400).
 
 ``State.headers`` adds response headers to every reply (a gateway's, from its documentation).
-``--fail-first N`` answers the first N requests with HTTP 500 and ``--fail-every K`` every K-th one (a
-gateway's own retries show up);
-every request (path, headers, body) is appended to ``--log`` as one JSON line.
+``--fail-first N`` answers the first N requests with HTTP 500 (``State.fail_status``, e.g. 429) and
+``--fail-every K`` every K-th one, so a gateway's own retries show up. Every request is kept in
+``State.requests`` and, with ``--log``, appended to a file as one JSON line.
 """
 
 from __future__ import annotations
