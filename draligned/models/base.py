@@ -17,7 +17,7 @@ from pydantic import Field, field_validator
 
 from draligned.hashing import sha256_json
 from draligned.models.checks import ModelChecks
-from draligned.models.gateway import SECRET_HEADERS
+from draligned.models.gateway import is_secret
 from draligned.models.pricing import Price
 from draligned.models.retry import RetryPolicy
 from draligned.records import Message, ModelAttempt, ModelReply, Record, ToolSpec
@@ -86,7 +86,7 @@ class ModelDeclaration(Record):
     @classmethod
     def _no_credentials(cls, headers: dict[str, str]) -> dict[str, str]:
         """Declared headers are archived with every call, so a credential must come from ``api_key_env``."""
-        secret = sorted(h for h in headers if h.lower() in SECRET_HEADERS)
+        secret = sorted(h for h, v in headers.items() if is_secret(h.lower(), v))
         if secret:
             raise ValueError(f"{', '.join(secret)} would be archived with every call; put the key in the "
                              f"environment variable named by api_key_env instead")

@@ -17,7 +17,18 @@ from draligned.records import GatewayInfo
 SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "x-api-key", "api-key", "cookie",
                             "set-cookie", "x-goog-api-key", "openai-organization", "openai-project"})
 SECRET_WORDS = ("secret", "password", "auth", "session")
+#: A name ending in one of these (``x-access-token``, ``x-portkey-api-key``) holds a credential;
+#: ``x-ratelimit-remaining-tokens`` or ``x-litellm-key-spend`` do not.
+SECRET_ENDINGS = ("-token", "-key", "-credential", "-credentials", "-signature")
+#: A value in an authorization scheme is a credential whatever the header is called.
+SECRET_SCHEMES = ("bearer ", "basic ", "token ")
 REMOVED = "[removed]"
+
+
+def is_secret(name: str, value: str) -> bool:
+    """Whether a (lower-cased) header carries a credential, by its name or an authorization-scheme value."""
+    return (name in SECRET_HEADERS or any(w in name for w in SECRET_WORDS) or name.endswith(SECRET_ENDINGS)
+            or value.strip().lower().startswith(SECRET_SCHEMES))
 
 
 def clean_headers(headers: Mapping[str, str], key: str | None) -> dict[str, str]:
@@ -25,7 +36,7 @@ def clean_headers(headers: Mapping[str, str], key: str | None) -> dict[str, str]
     out: dict[str, str] = {}
     for name, value in headers.items():
         low = name.lower()
-        secret = low in SECRET_HEADERS or any(w in low for w in SECRET_WORDS)
+        secret = is_secret(low, value)
         out[low] = REMOVED if secret else (value.replace(key, "[redacted]") if key else value)
     return dict(sorted(out.items()))
 

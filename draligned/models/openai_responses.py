@@ -86,6 +86,15 @@ class OpenAIResponses(RemoteModel):
                 return i, r.response_id
         return None
 
+    def failure_hint(self, status: int | None, message: str, body: dict[str, Any]) -> str:
+        unsealed = [i.get("id") for i in body.get("input", []) if isinstance(i, dict)
+                    and i.get("type") == "reasoning" and not i.get("encrypted_content")]
+        if status == 404 and body.get("store") is False and any(str(i) in message for i in unsealed):
+            return (" — with store = false the provider keeps nothing, so a reasoning item must carry its "
+                    "encrypted_content, and the reply gave none (a gateway may have dropped `include`); "
+                    "declare request.store = true or options.carry_reasoning = false")
+        return super().failure_hint(status, message, body)
+
     async def post(self, client: Any, body: dict[str, Any], timeout: float) -> Posted:
         rest = {k: v for k, v in body.items() if k not in ("model", "input")}
         raw = await client.responses.with_raw_response.create(

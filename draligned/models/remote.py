@@ -71,6 +71,12 @@ class RemoteModel(ModelAPI):
     def read_reply(self, data: dict[str, Any]) -> dict[str, Any]:
         """ModelReply fields (text, tool_calls, finish_reason, refusal, usage, model_echo, anomalies)."""
 
+    def failure_hint(self, status: int | None, message: str, body: dict[str, Any]) -> str:
+        """What to check after a final failure: a 404 that names nothing the request sent is a wrong URL."""
+        if status != 404 or any(i in message for i in sent_ids(body)):
+            return ""
+        return " — check base_url: the host root for anthropic, including /v1 for openai"
+
     # ------------------------------------------------------------------ shared machinery
     @property
     def label(self) -> str:
@@ -135,17 +141,18 @@ class RemoteModel(ModelAPI):
         return self._client
 
     async def with_retries(self, attempt_once: Callable[[], Awaitable[T]],
-                           on_retry: Callable[[], None] | None = None) -> tuple[T, list[ModelAttempt]]:
-        """Run one API call (a model call, or a batch upload, poll or download) with the model's retries;
-        a ModelError naming the model, the status and how it ended when they give up."""
+                           on_retry: Callable[[], None] | None = None,
+                           body: dict[str, Any] | None = None) -> tuple[T, list[ModelAttempt]]:
+        """Run one API call (a model call with its request ``body``, or a batch upload, poll or download)
+        with the model's retries; a ModelError naming the model, the status, how it ended and what to check
+        when they give up."""
         try:
             return await call_with_retries(attempt_once, self.classify, self.declaration.retry, on_retry)
         except GaveUp as exc:
             f = exc.failure
             how = "failed fast (not retried)" if not f.retryable else f"gave up after {len(exc.attempts)} attempt(s)"
             status = f"HTTP {f.status_code} " if f.status_code else ""
-            hint = (" — check base_url: the host root for anthropic, including /v1 for openai"
-                    if f.status_code == 404 else "")
+            hint = self.failure_hint(f.status_code, f.message, body or {})
             raise ModelError(f"{self.label}: {status}{f.error}: {f.message} ({how}){hint}", exc.attempts) from None
 
     async def generate(self, messages: list[Message], tools: list[ToolSpec], seed: int) -> ModelReply:
@@ -164,7 +171,7 @@ class RemoteModel(ModelAPI):
                 retrying = True
                 listener(1)
         try:
-            (sent, raw, headers), attempts = await self.with_retries(lambda: self._attempt(body), on_retry)
+            (sent, raw, headers), attempts = await self.with_retries(lambda: self._attempt(body), on_retry, body)
         finally:
             if retrying and listener is not None:
                 listener(-1)
@@ -192,6 +199,16 @@ class RemoteModel(ModelAPI):
                           attempts=attempts or [], request_headers=self.declaration.headers or None,
                           response_headers=kept, gateway=gateway_info(kept or {}, data),
                           connection_limit=self.connections.limit if self.connections.adaptive else None)
+
+
+def sent_ids(value: Any) -> set[str]:
+    """Every ``id`` and ``previous_response_id`` in a request body: a 404 naming one is about the request."""
+    if isinstance(value, list):
+        return set().union(*(sent_ids(v) for v in value)) if value else set()
+    if not isinstance(value, dict):
+        return set()
+    own = {v for k, v in value.items() if k in ("id", "previous_response_id") and isinstance(v, str) and v}
+    return own.union(*(sent_ids(v) for v in value.values()))
 
 
 #: Socket errors under a connection error, named as a reader would.
