@@ -98,7 +98,7 @@ async def _read_one(model: ModelAPI, evaluator: Evaluator, store: ReadStore, pac
     reply = await model.generate([Message(role="user", content=packet.prompt)], [], int(m.packet_id[:8], 16))
     raw_blob = store.archive.put_blob(reply.raw_response)  # archived before anything is parsed
     text_blob = store.archive.put_blob(reply.text or "")
-    outcome = ingest(reply.text, m, evaluator.schemas[m.kind])
+    outcome = ingest(reply.text, m, evaluator.schemas[m.kind], reply.finish_reason)
     record = ReadRecord(
         packet_id=m.packet_id, evaluator_id=evaluator.evaluator_id,
         status="OK" if outcome.ok else "READ_FAILED", error=outcome.error,
