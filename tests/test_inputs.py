@@ -1,0 +1,129 @@
+"""Odd study and evaluator files are refused with an error naming file and field: no traceback, no hang,
+no silent acceptance (issue 11, "odd inputs fail cleanly")."""
+
+from __future__ import annotations
+
+import pytest
+
+from draligned.evaluator.config import EvaluatorError, load_evaluator
+from draligned.strict_json import JSONInputError, loads
+from draligned.study import StudyError, load_study
+from tests.study_helpers import REPO, write_study
+
+SIM_EVALUATOR = (REPO / "evaluators" / "sim.toml").read_text()
+
+
+def _study(tmp_path, old: str, new: str):
+    path = write_study(tmp_path, ["travel_budget_en.json"])
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new, 1))
+    return path
+
+
+@pytest.mark.parametrize(("old", "new", "message"), [
+    ("seeds = 1", "seeds = 1000000000", r"field seeds: Input should be less than or equal to 10000"),
+    ("seeds = 1", "seeds = 0", r"field seeds: Input should be greater than or equal to 1"),
+    ("concurrency = 3", "concurrency = 0", r"field concurrency: Input should be greater than or equal to 1"),
+    ("concurrency = 3", "concurrency = 100000", r"field concurrency: Input should be less than or equal to 256"),
+    ("name = \"t\"", "name = \"\"", r"field name: String should have at least 1 character"),
+    ("name = \"t\"", "name = \"   \"", r"field name: String should match pattern"),
+    ("seeds = 1", "seeds = 1\nharnesses = []", r"field harnesses: List should have at least 1 item"),
+    ("seeds = 1", "seeds = 1\nharnesses = [\"H00\", \"H00\"]", r"field harnesses: lists a harness twice"),
+    ("seeds = 1", "seeds = 1\narms = []", r"field arms: lists no arm"),
+    ("max_model_calls = 24", "max_model_calls = 10000000", r"field budget.max_model_calls: must be at most 100000"),
+    ("sensitivity = 0.8", "sensitivity = nan", r"field models\[0\].options.sensitivity: model 'sim-agent': "
+                                               r"Input should be a finite number"),
+    ("sensitivity = 0.8", "sensitivity = 1e308", r"field models\[0\].options.sensitivity: .*less than or equal to 1"),
+    ("sensitivity = 0.8", "sensitivty = 0.8", r"field models\[0\].options.sensitivty: model 'sim-agent': "
+                                              r"unknown option \(known: sensitivity, revise, final_mode, latency_s\)"),
+    ("latency_s = 0.0", "latency_s = -1", r"field models\[0\].options.latency_s: .*greater than or equal to 0"),
+    ("protocol = \"sim\"", "protocol = \"anthropic\"\napi_key_env = \"K\"",
+     r"field models\[0\].options.sensitivity: model 'sim-agent': unknown option \(known: none\)"),
+])
+def test_invalid_study_values_are_refused_naming_file_and_field(tmp_path, old, new, message):
+    with pytest.raises(StudyError, match=r"t.toml: " + message):
+        load_study(_study(tmp_path, old, new))
+
+
+def test_a_study_that_expands_to_too_many_slots_is_refused_before_expanding(tmp_path):
+    """Every count is below its own bound; their product is checked before any slot is built."""
+    path = write_study(tmp_path, ["travel_budget_en.json", "car_insurance_2f_en.json"], seeds=10_000,
+                       extra='harnesses = ["H00", "H-W", "H-D"]')
+    with pytest.raises(StudyError, match=r"t.toml: field seeds: the study expands to 180000 slots, more than 100000"):
+        load_study(path)
+
+
+def test_chat_options_are_typed_too(tmp_path):
+    path = _study(tmp_path, "protocol = \"sim\"", "protocol = \"openai-chat\"\napi_key_env = \"K\"")
+    path.write_text(path.read_text().replace("sensitivity = 0.8\nlatency_s = 0.0", 'max_tokens_field = "max_tokns"'))
+    with pytest.raises(StudyError, match=r"models\[0\].options.max_tokens_field: model 'sim-agent': Input should be"):
+        load_study(path)
+
+
+def test_a_study_that_is_not_utf8_or_nested_too_deeply_is_a_clean_error(tmp_path):
+    bad = tmp_path / "s.toml"
+    bad.write_bytes(b'name="x"\xff\n')
+    with pytest.raises(StudyError, match=r"s.toml: not UTF-8 text \(byte 8\)"):
+        load_study(bad)
+    bad.write_text("a = " + "[" * 200_000 + "]" * 200_000 + "\n")
+    with pytest.raises(StudyError, match=r"s.toml: invalid TOML: nested"):
+        load_study(bad)
+    bad.write_text("a = " + "[" * 100 + "]" * 100 + "\n")  # parses, but deeper than any input needs
+    with pytest.raises(StudyError, match=r"s.toml: invalid TOML: nested deeper than 64 levels"):
+        load_study(bad)
+
+
+def _evaluator(tmp_path, old: str = "", new: str = ""):
+    text = SIM_EVALUATOR.replace("../evaluator_prompts/", f"{REPO}/evaluator_prompts/")
+    assert old in text
+    path = tmp_path / "e.toml"
+    path.write_text(text.replace(old, new, 1))
+    return path
+
+
+@pytest.mark.parametrize(("old", "new", "message"), [
+    ("concurrency = 8", "concurrency = 0", r"field concurrency: Input should be greater than or equal to 1"),
+    ("concurrency = 8", "concurrency = 1000000", r"field concurrency: Input should be less than or equal to 256"),
+    ("max_tokens = 16384", "max_tokens = -1", r"field max_tokens: Input should be greater than or equal to 1"),
+    ("model = \"sim-evaluator-v1\"", "model = \"sim-evaluator-v1\"\noptions = { order_bais = true }",
+     r"field model: options.order_bais: unknown option \(known: order_bias\)"),
+    ("evaluator_id = \"sim-lexical-v1\"", "evaluator_id = \"\"", r"field evaluator_id: String should match"),
+])
+def test_invalid_evaluator_values_are_refused_naming_file_and_field(tmp_path, old, new, message):
+    with pytest.raises(EvaluatorError, match=r"e.toml: " + message):
+        load_evaluator(_evaluator(tmp_path, old, new))
+
+
+def test_an_evaluator_schema_that_is_not_json_names_the_schema_field(tmp_path):
+    (tmp_path / "s.json").write_text("not json {")
+    path = _evaluator(tmp_path, f"{REPO}/evaluator_prompts/document_items.v1.schema.json", str(tmp_path / "s.json"))
+    with pytest.raises(EvaluatorError, match=r"e.toml: field schemas.document: s.json: not valid JSON"):
+        load_evaluator(path)
+    (tmp_path / "s.json").write_text('{"type": 12}')
+    with pytest.raises(EvaluatorError, match=r"e.toml: field schemas.document: s.json: 12 is not valid"):
+        load_evaluator(path)
+    (tmp_path / "s.json").write_bytes(b"\xff")
+    with pytest.raises(EvaluatorError, match=r"field schemas.document: s.json: not valid JSON"):
+        load_evaluator(path)
+
+
+def test_an_evaluator_file_that_is_not_utf8_or_nested_too_deeply_is_a_clean_error(tmp_path):
+    path = tmp_path / "e.toml"
+    path.write_bytes(b'evaluator_id="x"\xff\n')
+    with pytest.raises(EvaluatorError, match=r"e.toml: not UTF-8 text"):
+        load_evaluator(path)
+    path.write_text("a = " + "[" * 200_000 + "]" * 200_000 + "\n")
+    with pytest.raises(EvaluatorError, match=r"e.toml: invalid TOML: nested"):
+        load_evaluator(path)
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("[" * 200_000 + "]" * 200_000, "nested deeper than 64 levels"),
+    ('{"a": 1, "a": 2}', r"duplicate keys \['a'\]"),
+    ('{"a": NaN}', "non-finite number NaN"),
+    (b"\xff", "not valid JSON"),
+])
+def test_strict_json_refuses_what_plain_json_would_keep_or_crash_on(text, message):
+    with pytest.raises(JSONInputError, match=message):
+        loads(text)
