@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import pytest
 
+from draligned.cess.trajectory import TrajectoryError, load_trajectories
+from draligned.cli import main
 from draligned.evaluator.config import EvaluatorError, load_evaluator
 from draligned.strict_json import JSONInputError, loads
 from draligned.study import StudyError, load_study
+from draligned.tools.corpus import CorpusError, load_corpus
 from tests.study_helpers import REPO, write_study
 
 SIM_EVALUATOR = (REPO / "evaluators" / "sim.toml").read_text()
@@ -127,3 +130,41 @@ def test_an_evaluator_file_that_is_not_utf8_or_nested_too_deeply_is_a_clean_erro
 def test_strict_json_refuses_what_plain_json_would_keep_or_crash_on(text, message):
     with pytest.raises(JSONInputError, match=message):
         loads(text)
+
+
+DEEP = "[" * 200_000 + "]" * 200_000
+
+
+@pytest.mark.parametrize("text", [DEEP, '{"card_id": "a", "card_id": "b"}'])
+def test_a_card_file_nested_too_deeply_or_with_a_repeated_key_is_a_card_problem(tmp_path, text, capsys):
+    card = tmp_path / "c.json"
+    card.write_text(text)
+    assert main(["cards", "validate", str(card)]) == 1
+    err = capsys.readouterr()
+    assert f"{card}: card (unknown): (file): not valid JSON: " in err.out + err.err
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    (DEEP, "nested deeper than 64 levels"), ('{"trajectory_id": "a", "trajectory_id": "b"}', "duplicate keys")])
+def test_a_trajectory_line_nested_too_deeply_or_with_a_repeated_key_names_its_line(tmp_path, text, message):
+    path = tmp_path / "t.jsonl"
+    path.write_text("\n" + text + "\n")
+    with pytest.raises(TrajectoryError, match=rf"^line 2: <json>: not valid JSON: {message}"):
+        load_trajectories(path)
+
+
+def test_an_empty_trajectories_file_is_refused_not_an_empty_estimate(tmp_path, capsys):
+    path = tmp_path / "t.jsonl"
+    path.write_text("\n  \n")
+    assert main(["cess", "estimate", "--trajectories", str(path), "--json"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "no trajectories" in captured.err
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    (DEEP, "nested deeper than 64 levels"), ('{"id": "a", "id": "b"}', r"duplicate keys \['id'\]")])
+def test_a_corpus_line_nested_too_deeply_or_with_a_repeated_key_names_its_line(tmp_path, text, message):
+    path = tmp_path / "c.jsonl"
+    path.write_text(text + "\n")
+    with pytest.raises(CorpusError, match=rf"c.jsonl:1: invalid JSON: {message}"):
+        load_corpus(path)

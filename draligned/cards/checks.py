@@ -14,7 +14,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 from pydantic import BaseModel, ValidationError
 
@@ -35,6 +35,7 @@ from draligned.cards.model import (
     parse_template,
 )
 from draligned.hashing import sha256_bytes
+from draligned.strict_json import JSONInputError, loads
 
 
 @dataclass(frozen=True)
@@ -76,23 +77,15 @@ def _field_path(loc: tuple[int | str, ...]) -> str:
     return out or "(card)"
 
 
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """JSON object hook: a repeated key (e.g. a slot written twice) would silently lose data."""
-    dups = sorted(k for k, n in Counter(k for k, _ in pairs).items() if n > 1)
-    if dups:
-        raise ValueError(f"duplicate keys {dups}")
-    return dict(pairs)
-
-
 def load_card(path: str | Path) -> LoadedCard:
     """Read and schema-check one card file; CardError names file, card and field on failure."""
     path = Path(path)
     try:
         raw = path.read_bytes()
-        data = json.loads(raw.decode("utf-8"), object_pairs_hook=_unique_keys)
+        data = loads(raw)  # a repeated key (e.g. a slot written twice) would silently lose data
     except OSError as exc:
         raise CardError([CardProblem(str(path), None, "(file)", f"cannot read: {exc.strerror}")]) from exc
-    except ValueError as exc:  # JSON and UTF-8 errors
+    except JSONInputError as exc:  # JSON, UTF-8, repeated keys, nesting
         raise CardError([CardProblem(str(path), None, "(file)", f"not valid JSON: {exc}")]) from exc
     card_id = data.get("card_id") if isinstance(data, dict) else None
     card_id = card_id if isinstance(card_id, str) else None
