@@ -3,8 +3,11 @@ no silent acceptance (issue 11, "odd inputs fail cleanly")."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from draligned.cards import validate_card_file
 from draligned.cess.trajectory import TrajectoryError, load_trajectories
 from draligned.cli import main
 from draligned.evaluator.config import EvaluatorError, load_evaluator
@@ -168,3 +171,35 @@ def test_a_corpus_line_nested_too_deeply_or_with_a_repeated_key_names_its_line(t
     path.write_text(text + "\n")
     with pytest.raises(CorpusError, match=rf"c.jsonl:1: invalid JSON: {message}"):
         load_corpus(path)
+
+
+def _budget_card(tmp_path, profile: str, p: str = "5,000", q: str = "12,000"):
+    text = (REPO / "factor_cards" / "travel_budget_en.json").read_text()
+    card = json.loads(text.replace("is 6,000 yuan", f"is {p} yuan").replace("is 15,000 yuan", f"is {q} yuan"))
+    card["profile"] = profile
+    path = tmp_path / "travel_budget_en.json"
+    path.write_text(json.dumps(card))
+    return [f"{x.field}: {x.message}" for x in validate_card_file(path)]
+
+
+@pytest.mark.parametrize(("profile", "p", "q", "leaked"), [
+    ("My old laptop cost 5,000 yuan.", "5,000", "12,000", "'5,000' of endpoint P"),  # missed before: core '5'
+    ("My old laptop cost 5000 yuan.", "5,000", "12,000", "'5000' of endpoint P"),
+    ("A 5k laptop.", "5,000", "12,000", "'5k' of endpoint P"),
+    ("My old laptop cost 12,000 yuan.", "5,000", "12,000", "'12,000' of endpoint Q"),
+    ("Last year we spent 1.2万 yuan.", "5,000", "12,000", "'1.2万' of endpoint Q"),
+    ("We saved 6000 last year.", "6,000", "15,000", "'6000' of endpoint P"),
+])
+def test_a_whole_number_of_an_endpoint_in_the_shared_text_is_a_leak(tmp_path, profile, p, q, leaked):
+    problems = _budget_card(tmp_path, profile, p, q)
+    assert problems and all(x.startswith("profile: shared text contains the number ") for x in problems)
+    assert any(leaked in x for x in problems), problems
+
+
+@pytest.mark.parametrize("profile", [
+    "I want a battery life of at least 12 hours.",  # flagged before: the core '12' inside a text search
+    "We walk 5 km a day and have 120,000 photos, 50,000 of them from 2012.",
+    "Room 512 and flight 125 are booked; version 5.0.12.",
+])
+def test_a_digit_inside_another_number_or_a_different_number_is_no_leak(tmp_path, profile):
+    assert _budget_card(tmp_path, profile) == []
