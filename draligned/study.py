@@ -56,7 +56,7 @@ BUDGET_MAX = {"max_model_calls": 100_000, "max_tool_calls": 100_000, "max_tokens
 """Upper bound of each per-run budget limit (a larger one is a typo, not a budget)."""
 
 
-class StudySpec(Record):
+class StudySpec(Record, strict=True):
     """The contents of a study TOML file."""
 
     name: str = Field(min_length=1, max_length=200, pattern=r"\S")

@@ -36,7 +36,7 @@ class PromptFiles(Record):
     """File for document packets."""
 
 
-class SimEvaluatorOptions(Record):
+class SimEvaluatorOptions(Record, strict=True):
     """Options of the SIMULATOR evaluator (``protocol = "sim-evaluator"``)."""
 
     order_bias: bool = False
@@ -47,7 +47,7 @@ EVALUATOR_OPTIONS: dict[str, type[Record]] = {**OPTIONS, "sim-evaluator": SimEva
 """The options model of each protocol an evaluator file may declare."""
 
 
-class EvaluatorFile(Record):
+class EvaluatorFile(Record, strict=True):
     """The evaluator TOML as written."""
 
     evaluator_id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")

@@ -28,7 +28,7 @@ from draligned.tools.acquisition import AcquisitionTools, SearchBackend
 from draligned.tools.errors import ToolError
 
 
-class Budget(Record):
+class Budget(Record, strict=True):
     """Per-run budget from the study."""
 
     max_model_calls: int = 30

@@ -1,8 +1,9 @@
 """The typed ``options`` of each agent-model protocol: a typo or an out-of-range value is refused at load.
 
 A model declaration keeps ``options`` as written (its sha256, and so every slot id, is unchanged);
-the provider reads them through the protocol's model here, which refuses unknown keys (strict
-Record) and non-finite or out-of-range numbers. A protocol without options accepts none.
+the provider reads them through the protocol's model here, which refuses unknown keys (Record),
+values of another type (strict: "yes" is not a bool) and non-finite or out-of-range numbers. A
+protocol without options accepts none.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ class NoOptions(Record):
     """A protocol that takes no options (openai-responses, anthropic)."""
 
 
-class SimOptions(Record):
+class SimOptions(Record, strict=True):
     """Options of the SIMULATOR agent (``protocol = "sim"``)."""
 
     sensitivity: float = Field(0.8, ge=0.0, le=1.0, allow_inf_nan=False)
@@ -31,7 +32,7 @@ class SimOptions(Record):
     """Simulated seconds per call, to exercise concurrency and interruption."""
 
 
-class ChatOptions(Record):
+class ChatOptions(Record, strict=True):
     """Options of the chat-completions protocol (``openai-chat``)."""
 
     max_tokens_field: Literal["max_completion_tokens", "max_tokens"] = "max_completion_tokens"
