@@ -50,13 +50,15 @@ def test_escaped_names_in_a_manifest(tmp_path):
 def test_a_path_too_long_is_a_tool_error_and_no_host_path_is_archived(tmp_path, mark):
     long = "a" * 5000
     rec, archive = _run(tmp_path, [call("view_file", "v1", path=long), call("view_file", "v2", path="b" * 300),
-                                   call("write_file", "w1", path="c" * 300, content="x")])
+                                   call("write_file", "w1", path="c" * 300, content="x"),
+                                   call("shell", "m", command="cat /proc/self/mountinfo")])
     assert rec.status == "completed", rec.status_reason
-    events = [e for e in of_type(rec, ToolCallEvent) if e.tool != "submit_file" and e.call_id != "w"]
+    events = [e for e in of_type(rec, ToolCallEvent) if e.tool in ("view_file", "write_file") and e.call_id != "w"]
     assert [e.error for e in events] == ["refused"] * 3
     texts = returns(rec, archive)
     assert "longer than 1024 characters" in texts[0] and len(texts[0]) < 300
     assert "has a name longer than 255 bytes" in texts[1] and "has a name longer than 255 bytes" in texts[2]
+    assert " /workspace " in returns(rec, archive, "shell")[0]  # the bind mount, shown by its inside path
     assert "draligned-ws-" not in _archive_text(archive)
 
 

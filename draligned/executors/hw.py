@@ -16,7 +16,7 @@ from draligned.archive.writer import RunWriter
 from draligned.executors.base import Executor, Handler, Loop, RunSetup, ToolOutcome, acquisition_handlers, harness_error
 from draligned.harness import Contract
 from draligned.records import Message, RunRecord, ToolCallEvent
-from draligned.sandbox import SandboxLimits, new_workspace, run_in_sandbox, sandbox_uid
+from draligned.sandbox import SandboxLimits, new_workspace, redact_host_paths, run_in_sandbox, sandbox_uid
 from draligned.tools.acquisition import AcquisitionTools, SearchBackend
 from draligned.tools.errors import ToolError
 from draligned.tools.workspace import DELIVERABLE, PathRefused, Workspace
@@ -47,7 +47,8 @@ class WorkspaceTools:
             return ToolOutcome("Error: the command is empty.", error=ToolError.EMPTY_COMMAND)
         result = await run_in_sandbox(self.workspace.root, ["/bin/sh", "-c", args["command"]], self.limits,
                                       read_only=self.workspace.read_only)
-        text, error = result.render(self.limits), ToolError.TIMEOUT if result.timed_out else None
+        # the host workspace path (in /proc/self/mountinfo, say) is shown as /workspace: it is archived
+        text, error = redact_host_paths(result.render(self.limits)), ToolError.TIMEOUT if result.timed_out else None
         if over := self.workspace.over_quota():
             text, error = f"{text}\n[Error: {over}]", error or ToolError.OVER_QUOTA
         return ToolOutcome(text, error=error)
