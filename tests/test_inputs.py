@@ -19,12 +19,16 @@ from tests.study_helpers import REPO, write_study
 SIM_EVALUATOR = (REPO / "evaluators" / "sim.toml").read_text()
 
 
-def _study(tmp_path, old: str, new: str):
-    path = write_study(tmp_path, ["travel_budget_en.json"])
+def _edited(path, old: str, new: str):
+    """``path`` with the first ``old`` (which must be there) replaced by ``new``."""
     text = path.read_text()
     assert old in text
     path.write_text(text.replace(old, new, 1))
     return path
+
+
+def _study(tmp_path, old: str, new: str):
+    return _edited(write_study(tmp_path, ["travel_budget_en.json"]), old, new)
 
 
 @pytest.mark.parametrize(("old", "new", "message"), [
@@ -67,25 +71,24 @@ def test_chat_options_are_typed_too(tmp_path):
         load_study(path)
 
 
-def test_a_study_that_is_not_utf8_or_nested_too_deeply_is_a_clean_error(tmp_path):
+@pytest.mark.parametrize(("load", "error"), [(load_study, StudyError), (load_evaluator, EvaluatorError)])
+def test_a_toml_file_that_is_not_utf8_or_nested_too_deeply_is_a_clean_error(tmp_path, load, error):
     bad = tmp_path / "s.toml"
     bad.write_bytes(b'name="x"\xff\n')
-    with pytest.raises(StudyError, match=r"s.toml: not UTF-8 text \(byte 8\)"):
-        load_study(bad)
+    with pytest.raises(error, match=r"s.toml: not UTF-8 text \(byte 8\)"):
+        load(bad)
     bad.write_text("a = " + "[" * 200_000 + "]" * 200_000 + "\n")
-    with pytest.raises(StudyError, match=r"s.toml: invalid TOML: nested"):
-        load_study(bad)
+    with pytest.raises(error, match=r"s.toml: invalid TOML: nested"):
+        load(bad)
     bad.write_text("a = " + "[" * 100 + "]" * 100 + "\n")  # parses, but deeper than any input needs
-    with pytest.raises(StudyError, match=r"s.toml: invalid TOML: nested deeper than 64 levels"):
-        load_study(bad)
+    with pytest.raises(error, match=r"s.toml: invalid TOML: nested deeper than 64 levels"):
+        load(bad)
 
 
 def _evaluator(tmp_path, old: str = "", new: str = ""):
-    text = SIM_EVALUATOR.replace("../evaluator_prompts/", f"{REPO}/evaluator_prompts/")
-    assert old in text
     path = tmp_path / "e.toml"
-    path.write_text(text.replace(old, new, 1))
-    return path
+    path.write_text(SIM_EVALUATOR.replace("../evaluator_prompts/", f"{REPO}/evaluator_prompts/"))
+    return _edited(path, old, new)
 
 
 @pytest.mark.parametrize(("old", "new", "message"), [
@@ -111,16 +114,6 @@ def test_an_evaluator_schema_that_is_not_json_names_the_schema_field(tmp_path):
         load_evaluator(path)
     (tmp_path / "s.json").write_bytes(b"\xff")
     with pytest.raises(EvaluatorError, match=r"field schemas.document: s.json: not valid JSON"):
-        load_evaluator(path)
-
-
-def test_an_evaluator_file_that_is_not_utf8_or_nested_too_deeply_is_a_clean_error(tmp_path):
-    path = tmp_path / "e.toml"
-    path.write_bytes(b'evaluator_id="x"\xff\n')
-    with pytest.raises(EvaluatorError, match=r"e.toml: not UTF-8 text"):
-        load_evaluator(path)
-    path.write_text("a = " + "[" * 200_000 + "]" * 200_000 + "\n")
-    with pytest.raises(EvaluatorError, match=r"e.toml: invalid TOML: nested"):
         load_evaluator(path)
 
 
