@@ -177,6 +177,9 @@ STUDY_INVALID = [
     sub("max_model_calls = 24", "max_model_calls = 0"), sub("max_tool_calls = 40", "max_tool_calls = 10000000000"),
     sub('protocol = "sim"', 'protocol = "nope"'), sub("seeds = 1", "seeds = 1\nunknown_key = 1"),
     sub("seeds = 1", "seeds = 1.5"), sub("seeds = 1", 'seeds = "2"'), bad_byte, deep_toml,
+    sub('model = "sim-agent-v1"', 'model = "sim-agent-v1"\nretry = { max_connections = 0 }'),
+    sub('model = "sim-agent-v1"', 'model = "sim-agent-v1"\nretry = { max_attempts = "3" }'),
+    sub('model = "sim-agent-v1"', 'model = "sim-agent-v1"\nprice = { input = inf, output = 1.0 }'),
     sub("seeds = 1", "seeds = [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]"
                      "]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]"), cut_json,
 ]

@@ -48,6 +48,14 @@ def _study(tmp_path, old: str, new: str):
     ("sensitivity = 0.8", "sensitivty = 0.8", r"field models\[0\].options.sensitivty: model 'sim-agent': "
                                               r"unknown option \(known: sensitivity, revise, final_mode, latency_s\)"),
     ("latency_s = 0.0", "latency_s = -1", r"field models\[0\].options.latency_s: .*greater than or equal to 0"),
+    ("model = \"sim-agent-v1\"", "model = \"sim-agent-v1\"\nretry = { max_connections = 0 }",
+     r"field models\[0\].retry.max_connections: Input should be greater than or equal to 1"),  # waited forever
+    ("model = \"sim-agent-v1\"", "model = \"sim-agent-v1\"\nretry = { timeout_s = nan }",
+     r"field models\[0\].retry.timeout_s: Input should be a finite number"),
+    ("model = \"sim-agent-v1\"", "model = \"sim-agent-v1\"\nprice = { input = -1.0, output = 2.0 }",
+     r"field models\[0\].price.input: Input should be greater than or equal to 0"),
+    ("model = \"sim-agent-v1\"", "model = 3",
+     r"field models\[0\].model: Input should be a valid string"),
     ("protocol = \"sim\"", "protocol = \"anthropic\"\napi_key_env = \"K\"",
      r"field models\[0\].options.sensitivity: model 'sim-agent': unknown option \(known: none\)"),
 ])

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 import tenacity
+from pydantic import Field
 
 from draligned.records import ModelAttempt, Record
 
@@ -27,20 +28,21 @@ SLEEP: Callable[[float], Awaitable[None]] = asyncio.sleep
 RETRYABLE_STATUS = frozenset({408, 409, 429})
 
 
-class RetryPolicy(Record):
-    """The ``retry`` table of a model declaration (transport only: not part of any hash)."""
+class RetryPolicy(Record, strict=True):
+    """The ``retry`` table of a model declaration (transport only: not part of any hash). Every value
+    is bounded: ``max_connections = 0`` would wait forever, a NaN timeout would never fire."""
 
-    max_attempts: int = 6
+    max_attempts: int = Field(6, ge=1, le=100)
     """Attempts per model call, the first included."""
-    max_total_s: float = 1800.0
+    max_total_s: float = Field(1800.0, gt=0, le=7 * 86_400, allow_inf_nan=False)
     """No attempt starts after this many seconds since the first one began."""
-    initial_wait_s: float = 2.0
+    initial_wait_s: float = Field(2.0, ge=0, le=3600, allow_inf_nan=False)
     """First backoff wait; it doubles per attempt, plus up to this much random jitter."""
-    max_wait_s: float = 120.0
+    max_wait_s: float = Field(120.0, ge=0, le=86_400, allow_inf_nan=False)
     """Cap on a backoff wait (a longer ``Retry-After`` from the server is still honoured)."""
-    timeout_s: float = 900.0
+    timeout_s: float = Field(900.0, gt=0, le=86_400, allow_inf_nan=False)
     """Per-attempt request timeout in seconds."""
-    max_connections: int = 8
+    max_connections: int = Field(8, ge=1, le=1024)
     """Requests in flight to this model at once, shared by all runs of a study."""
 
 
