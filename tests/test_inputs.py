@@ -204,3 +204,16 @@ def test_a_whole_number_of_an_endpoint_in_the_shared_text_is_a_leak(tmp_path, pr
 ])
 def test_a_digit_inside_another_number_or_a_different_number_is_no_leak(tmp_path, profile):
     assert _budget_card(tmp_path, profile) == []
+
+
+@pytest.mark.parametrize(("key", "value", "message"), [
+    ("temperature", "nan", "Input should be a finite number"),
+    ("ranking_strength", "1e308", "Input should be less than or equal to 1000"),
+    ("budget", "1000000000", "Input should be less than or equal to 10000"),
+])
+def test_pool_controller_settings_are_finite_and_bounded(tmp_path, key, value, message):
+    path = write_study(tmp_path, ["travel_budget_en.json"])
+    path.write_text(path.read_text() + '[search]\nbackend = "pool"\n[search.pools]\ntravel_budget_en = "p.jsonl"\n'
+                    f"[search.controller]\n{key} = {value}\n")
+    with pytest.raises(StudyError, match=rf"t.toml: field search.controller.{key}: {message}"):
+        load_study(path)
