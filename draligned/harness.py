@@ -62,6 +62,14 @@ class WorkspaceLimits(Limits):
     """Open file descriptors of a shell command."""
     snapshot_mb: int
     """MiB of workspace files read into each snapshot; larger remainders are listed by size only."""
+    workspace_mb: int = 256
+    """MiB of files a workspace (the root's, and each H-D worker's) may hold. A file write over it is
+    refused and a shell command that leaves the workspace over it returns an over-quota tool error.
+    The default is code, not contract text, so contracts written before it keep their sha256; every
+    workspace run records the value it ran with (notice ``workspace_limits``)."""
+    shell_tmp_mb: int = 64
+    """Size of the shell sandbox's private /tmp tmpfs, in MiB (a default in code, recorded like
+    ``workspace_mb``)."""
     batch_tasks: int | None = None
     """Tasks one delegate_batch call may carry (H-D only)."""
 

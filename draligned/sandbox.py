@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import resource
 import secrets
 import shutil
@@ -63,6 +64,8 @@ class SandboxLimits(Record):
     the kernel counts per uid across the machine)."""
     open_files: int = 256
     """Open file descriptors (RLIMIT_NOFILE)."""
+    tmp_mb: int = 64
+    """Size of the private /tmp tmpfs in MiB (bubblewrap ``--size``); a write past it fails with ENOSPC."""
 
     @classmethod
     def from_contract(cls, limits: BaseModel) -> SandboxLimits:
@@ -98,6 +101,13 @@ def sandbox_uid() -> int | None:
     return NOBODY if os.geteuid() == 0 else None
 
 
+def redact_host_paths(text: str) -> str:
+    """``text`` with every host workspace path replaced by ``/workspace`` (and the opaque root by
+    ``<sandbox root>``): an OSError's text names the host path, which must never reach the archive."""
+    root = str(WORKSPACE_BASE / f"draligned-ws-{os.getuid()}")
+    return re.sub(re.escape(root) + r"/[0-9a-f]+", "/workspace", text).replace(root, "<sandbox root>")
+
+
 def workspace_root() -> Path:
     """The opaque parent of every workspace: traversable, not listable by others. Fixed under /tmp
     (not $TMPDIR, which could name a study) and per orchestrator uid (so users do not collide)."""
@@ -131,9 +141,9 @@ def new_workspace() -> Path:
     return path
 
 
-def bwrap_options(workspace: Path, read_only: str | None = None) -> list[str]:
+def bwrap_options(workspace: Path, read_only: str | None = None, tmp_mb: int = SandboxLimits().tmp_mb) -> list[str]:
     """Every bubblewrap option (passed via ``--args``); ``read_only`` names a workspace subdir to
-    remount read-only (a worker's input snapshot)."""
+    remount read-only (a worker's input snapshot); ``tmp_mb`` sizes the private /tmp."""
     opts = ["--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
             "--hostname", "sandbox", "--clearenv"]
     for key, value in ENV.items():
@@ -143,7 +153,7 @@ def bwrap_options(workspace: Path, read_only: str | None = None) -> list[str]:
             opts += ["--symlink", os.readlink(path), path]
         else:
             opts += ["--ro-bind-try", path, path]
-    opts += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
+    opts += ["--proc", "/proc", "--dev", "/dev", "--size", str(tmp_mb << 20), "--tmpfs", "/tmp",
              "--bind", str(workspace), "/workspace"]
     if read_only is not None:
         opts += ["--ro-bind", str(workspace / read_only), f"/workspace/{read_only}"]
@@ -197,7 +207,7 @@ async def run_in_sandbox(workspace: Path, argv: list[str], limits: SandboxLimits
     if bwrap is None:
         raise SandboxUnavailable("bubblewrap (bwrap) is not installed; install the 'bubblewrap' package")
     rfd, wfd = os.pipe()
-    os.write(wfd, b"".join(o.encode() + b"\0" for o in bwrap_options(workspace, read_only)))
+    os.write(wfd, b"".join(o.encode() + b"\0" for o in bwrap_options(workspace, read_only, limits.tmp_mb)))
     os.close(wfd)
     try:
         proc = await asyncio.create_subprocess_exec(

@@ -22,7 +22,9 @@ from draligned.harness import ContractError, LoadedContract, load_contract
 from draligned.hashing import sha256_bytes
 from draligned.models import ModelDeclaration
 from draligned.models.base import PROTOCOLS
+from draligned.models.options import OPTIONS, options_problem
 from draligned.records import Record, Slot
+from draligned.strict_json import JSONInputError, check_depth
 from draligned.tools.pool_search import SearchSpec
 
 
@@ -44,24 +46,34 @@ def dotted(loc: Loc) -> str:
     return "".join(f"[{x}]" if isinstance(x, int) else f".{x}" for x in loc).lstrip(".")
 
 
-class StudySpec(Record):
+MAX_SEEDS = 10_000
+"""Most replicates a study may ask for (slot expansion is eager)."""
+MAX_CONCURRENCY = 256
+"""Most runs in flight at once."""
+MAX_SLOTS = 100_000
+"""Most slots one study may expand to (card × arm × model × harness × seed × search cell)."""
+BUDGET_MAX = {"max_model_calls": 100_000, "max_tool_calls": 100_000, "max_tokens": 10**10, "max_wall_s": 7 * 86_400}
+"""Upper bound of each per-run budget limit (a larger one is a typo, not a budget)."""
+
+
+class StudySpec(Record, strict=True):
     """The contents of a study TOML file."""
 
-    name: str
+    name: str = Field(min_length=1, max_length=200, pattern=r"\S")
     """Study name (recorded in every slot)."""
-    cards: list[str]
+    cards: list[str] = Field(min_length=1)
     """Card files or globs, relative to the study file."""
     arms: list[str] | Literal["all"] = "all"
     """Arms/cells to run; "all" runs every arm of each card (P, Q or PP, QP, PQ, QQ)."""
-    models: list[ModelDeclaration]
+    models: list[ModelDeclaration] = Field(min_length=1)
     """``[[models]]`` tables."""
-    harnesses: list[str] = Field(default_factory=lambda: ["H00"])
+    harnesses: list[str] = Field(default_factory=lambda: ["H00"], min_length=1)
     """Harness ids; each has a frozen contract in ``harnesses/``."""
-    seeds: int = 1
+    seeds: int = Field(1, ge=1, le=MAX_SEEDS)
     """Replicates per (card, arm, model, harness); seeds 0..n-1, shared by the arms of a pair."""
     budget: Budget = Field(default_factory=Budget)
     """Per-run budget."""
-    concurrency: int = 4
+    concurrency: int = Field(4, ge=1, le=MAX_CONCURRENCY)
     """Runs in flight at once."""
     archive: str = "archive"
     """Archive root, relative to the study file unless absolute."""
@@ -77,11 +89,18 @@ class StudySpec(Record):
     """Study-wide spend cap in US dollars over the archive's runs of this study: once reached no new run
     starts (running ones finish; their slots stay unstarted for a later ``run``). Needs every model priced."""
 
-    @field_validator("seeds", "concurrency")
+    @field_validator("arms")
     @classmethod
-    def _positive(cls, v: int) -> int:
-        if v < 1:
-            raise ValueError("must be at least 1")
+    def _some_arms(cls, v: list[str] | str) -> list[str] | str:
+        if isinstance(v, list) and not v:
+            raise ValueError("lists no arm (use \"all\" or e.g. [\"P\", \"Q\"])")
+        return v
+
+    @field_validator("harnesses")
+    @classmethod
+    def _distinct_harnesses(cls, v: list[str]) -> list[str]:
+        if len(set(v)) != len(v):
+            raise ValueError(f"lists a harness twice ({v})")
         return v
 
     @model_validator(mode="after")
@@ -97,16 +116,21 @@ class StudySpec(Record):
             if m.protocol not in PROTOCOLS:
                 raise field_error(("models", i, "protocol"), f"model {m.name!r}: unknown protocol {m.protocol!r} "
                                                              f"(known: {', '.join(sorted(PROTOCOLS))})")
+            if problem := options_problem(m.options, OPTIONS[m.protocol]):
+                raise field_error(("models", i, "options", problem[0]), f"model {m.name!r}: {problem[1]}")
         return self
 
     @model_validator(mode="after")
     def _positive_budget(self) -> StudySpec:
-        """Limits must be positive: a zero or negative limit ends every run before its first call."""
+        """Limits must be positive (a zero or negative limit ends every run before its first call) and
+        below a sane bound."""
         for key, value in self.budget.model_dump().items():
             if key == "max_cost_usd" and not value > 0:
                 raise field_error(("budget", key), f"must be more than 0 (got {value})")
             if key != "max_cost_usd" and value < 1:
                 raise field_error(("budget", key), f"must be at least 1 (got {value})")
+            if key in BUDGET_MAX and value > BUDGET_MAX[key]:
+                raise field_error(("budget", key), f"must be at most {BUDGET_MAX[key]} (got {value})")
         if self.max_cost_usd is not None and not self.max_cost_usd > 0:
             raise field_error(("max_cost_usd",), f"must be more than 0 (got {self.max_cost_usd})")
         return self
@@ -168,6 +192,18 @@ class Study(Record, arbitrary_types_allowed=True):
             raise field_error(("arms",), f"{unknown} is not an arm of any listed card (arms: {sorted(known)})")
         if armless := [c.card.card_id for c in self.cards if not set(c.card.arms()) & set(self.spec.arms)]:
             raise field_error(("arms",), f"no listed arm applies to card(s) {armless}")
+        return self
+
+    @model_validator(mode="after")
+    def _bounded_slots(self) -> Study:
+        """Checked before slots are expanded, so a huge product is refused instead of hanging."""
+        s = self.spec
+        arms = sum(len(c.card.arms()) if s.arms == "all" else len(set(c.card.arms()) & set(s.arms))
+                   for c in self.cards)
+        n = arms * s.seeds * len(s.models) * len(s.harnesses) * len(s.search.conditions())
+        if n > MAX_SLOTS:
+            raise field_error(("seeds",), f"the study expands to {n} slots, more than {MAX_SLOTS}; "
+                                          f"use fewer seeds, cards, models or harnesses")
         return self
 
     @model_validator(mode="after")
@@ -243,10 +279,20 @@ def _read(path: Path) -> tuple[bytes, dict]:
     """The study file's bytes and TOML contents."""
     try:
         raw = path.read_bytes()
-        return raw, tomllib.loads(raw.decode("utf-8"))
+        data = tomllib.loads(raw.decode("utf-8"))
+        check_depth(data)
+        return raw, data
     except FileNotFoundError as exc:
         raise StudyError(f"{path}: no such study file") from exc
+    except OSError as exc:
+        raise StudyError(f"{path}: cannot read the study file: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise StudyError(f"{path}: not UTF-8 text (byte {exc.start}): {exc.reason}") from exc
     except tomllib.TOMLDecodeError as exc:
+        raise StudyError(f"{path}: invalid TOML: {exc}") from exc
+    except RecursionError:
+        raise StudyError(f"{path}: invalid TOML: nested too deeply") from None
+    except JSONInputError as exc:
         raise StudyError(f"{path}: invalid TOML: {exc}") from exc
 
 
@@ -265,4 +311,4 @@ def load_study(path: str | Path, archive_override: str | Path | None = None) -> 
                      pool_paths={card: base / p for card, p in spec.search.pools.items()})
     except ValidationError as exc:
         err = exc.errors()[0]
-        raise StudyError(f"{path}: field {dotted(err['loc'])}: {err['msg']}") from exc
+        raise StudyError(f"{path}: field {dotted(err['loc'])}: {err['msg'].removeprefix('Value error, ')}") from exc

@@ -47,16 +47,20 @@ def _evaluator(evaluator_id: str) -> Evaluator:
 
 
 class Counting(ModelAPI):
-    """Wraps the sim evaluator and counts calls; ``mangle`` rewrites the response text."""
+    """Wraps the sim evaluator and counts calls; ``mangle`` rewrites the response text, ``finish``
+    replaces the finish reason."""
 
-    def __init__(self, mangle=None) -> None:
+    def __init__(self, mangle=None, finish: str | None = None) -> None:
         super().__init__(load_evaluator(SIM).declaration())
         self.calls = 0
         self.mangle = mangle
+        self.finish = finish
 
     async def generate(self, messages: list[Message], tools: list[ToolSpec], seed: int) -> ModelReply:
         self.calls += 1
         reply = await SimEvaluator(self.declaration).generate(messages, tools, seed)
+        if self.finish is not None:
+            reply = reply.model_copy(update={"finish_reason": self.finish})
         if self.mangle is None:
             return reply
         text = self.mangle(reply.text)
@@ -165,6 +169,29 @@ def test_unknown_paragraph_id_is_read_failed_with_raw_kept(demo):
     again = Counting()
     asyncio.run(read_archive(archive, _evaluator("sim-broken"), ["final"], model=again))
     assert again.calls == 0  # a failed read is never retried: no choosing between attempts
+
+
+@pytest.mark.parametrize("finish", ["length", "content_filter"])
+def test_a_reply_that_parses_but_did_not_finish_is_read_failed_with_raw_kept(demo, finish):
+    """A reply cut at the output cap can still be valid JSON (the cut fell after a closing brace)."""
+    archive, _ = demo
+    eid = f"sim-cut-{finish}"
+    summary = asyncio.run(read_archive(archive, _evaluator(eid), ["final"], model=Counting(finish=finish)))
+    assert summary.read_failed > 0 and summary.read_ok == 0
+    reads = list(ReadStore(archive, eid).reads().values())
+    assert reads and all(r.status == "READ_FAILED" and not r.items and r.finish_reason == finish for r in reads)
+    reason = "truncated" if finish == "length" else "incomplete"
+    assert all(r.error.startswith(reason) for r in reads)
+    assert '"items"' in archive.get_text(reads[0].text_blob)  # the parseable text is kept, not read
+
+
+def test_a_reply_with_a_repeated_key_is_malformed(demo):
+    archive, _ = demo
+    model = Counting(mangle=lambda text: text.replace('{"items"', '{"items": [], "items"', 1))
+    summary = asyncio.run(read_archive(archive, _evaluator("sim-dup-key"), ["final"], model=model))
+    assert summary.read_failed > 0 and summary.read_ok == 0
+    reads = list(ReadStore(archive, "sim-dup-key").reads().values())
+    assert all(r.status == "READ_FAILED" and "duplicate keys ['items']" in r.error for r in reads)
 
 
 def test_same_evaluator_id_with_another_configuration_is_refused(demo):

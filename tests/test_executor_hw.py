@@ -151,7 +151,7 @@ class TestHW:
         (final,) = of_type(rec, FinalEvent)
         assert final.delivered_by == "submit_file" and archive.get_text(rec.final_blob) == "v2\nmore\n"
         assert returns(rec, archive)[2].startswith("v1\n[characters 0-2 of 8")
-        assert [n.code for n in of_type(rec, NoticeEvent)] == ["draft_final_identity_structural"]
+        assert [n.code for n in of_type(rec, NoticeEvent)] == ["draft_final_identity_structural", "workspace_limits"]
         kinds = {kind for _, kind in rec.blob_refs()}
         assert {"snapshot_manifest", "workspace_file"} <= kinds
         with connect(archive) as con:

@@ -26,10 +26,11 @@ def test_slots_are_the_cartesian_product_with_stable_ids(tmp_path):
 
 def test_study_errors_name_file_and_field(tmp_path):
     bad = tmp_path / "bad.toml"
-    bad.write_text('name = "x"\ncards = []\ncorpus = "c"\nseeds = 0\nmodels = []\n')
+    model = '[[models]]\nname = "m"\nprotocol = "sim"\nmodel = "sim-agent-v1"\n'
+    bad.write_text('name = "x"\ncards = ["c.json"]\ncorpus = "c"\nseeds = 0\n' + model)
     with pytest.raises(StudyError, match=r"bad.toml: field seeds"):
         load_study(bad)
-    bad.write_text('name = "x"\ncards = ["nothing*.json"]\ncorpus = "c"\nmodels = []\n')
+    bad.write_text('name = "x"\ncards = ["nothing*.json"]\ncorpus = "c"\n' + model)
     with pytest.raises(StudyError, match=r"field cards: 'nothing\*.json' matches no card file"):
         load_study(bad)
 

@@ -13,8 +13,9 @@ import os
 import re
 from collections import Counter
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 from pydantic import BaseModel, ValidationError
 
@@ -35,6 +36,7 @@ from draligned.cards.model import (
     parse_template,
 )
 from draligned.hashing import sha256_bytes
+from draligned.strict_json import JSONInputError, loads
 
 
 @dataclass(frozen=True)
@@ -76,23 +78,15 @@ def _field_path(loc: tuple[int | str, ...]) -> str:
     return out or "(card)"
 
 
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """JSON object hook: a repeated key (e.g. a slot written twice) would silently lose data."""
-    dups = sorted(k for k, n in Counter(k for k, _ in pairs).items() if n > 1)
-    if dups:
-        raise ValueError(f"duplicate keys {dups}")
-    return dict(pairs)
-
-
 def load_card(path: str | Path) -> LoadedCard:
     """Read and schema-check one card file; CardError names file, card and field on failure."""
     path = Path(path)
     try:
         raw = path.read_bytes()
-        data = json.loads(raw.decode("utf-8"), object_pairs_hook=_unique_keys)
+        data = loads(raw)  # a repeated key (e.g. a slot written twice) would silently lose data
     except OSError as exc:
         raise CardError([CardProblem(str(path), None, "(file)", f"cannot read: {exc.strerror}")]) from exc
-    except ValueError as exc:  # JSON and UTF-8 errors
+    except JSONInputError as exc:  # JSON, UTF-8, repeated keys, nesting
         raise CardError([CardProblem(str(path), None, "(file)", f"not valid JSON: {exc}")]) from exc
     card_id = data.get("card_id") if isinstance(data, dict) else None
     card_id = card_id if isinstance(card_id, str) else None
@@ -218,15 +212,52 @@ def endpoint_core(a: str, b: str) -> tuple[str, str]:
     return a[p:len(a) - s].strip(), b[p:len(b) - s].strip()
 
 
+#: A number as written: digits with optional thousands commas and decimals, and an optional
+#: multiplier (k/K, or 万 = 10,000) that is not the start of a unit word ("5km" is not 5,000).
+#: Never a digit run inside a longer number, word or version string.
+_NUMBER = re.compile(r"(?<![A-Za-z0-9.,])(\d{1,3}(?:,\d{3})+|\d+)(?:\.(\d+))?(?![.,]?\d)(?:([kK万])(?![A-Za-z]))?")
+_MULTIPLIER = {"k": 1000, "K": 1000, "万": 10_000}
+_NUMBER_FRAGMENT = re.compile(r"[\d.,]+")
+
+
+def numbers(text: str) -> list[tuple[int, str, Fraction]]:
+    """Every whole number token of ``text``: (offset, token, value), separators and multipliers
+    normalised so that 5,000 = 5000 = 5k."""
+    out = []
+    for m in _NUMBER.finditer(text):
+        whole, decimals, mult = m.groups()
+        value = Fraction(whole.replace(",", "")) + (Fraction(f"0.{decimals}") if decimals else 0)
+        out.append((m.start(), m.group(0), value * _MULTIPLIER.get(mult or "", 1)))
+    return out
+
+
+def _number_issues(card: Card, renders: Renders, factor_index: int) -> list[Issue]:
+    """A number of one endpoint that the other lacks (e.g. 5,000 vs 12,000) must not appear as a
+    whole number in the shared text; a digit inside another number (12 in 12,000) is no match."""
+    factor = card.factors[factor_index]
+    values = {e: {v for _, _, v in numbers(t)} for e, t in (("P", factor.endpoints.P), ("Q", factor.endpoints.Q))}
+    distinctive = {"P": values["P"] - values["Q"], "Q": values["Q"] - values["P"]}
+    issues: list[Issue] = []
+    for rendered, pieces in renders.values():
+        for lo, hi in _outside(rendered.text, [(s.start, s.end) for s in rendered.spans]):
+            for at, token, value in numbers(rendered.text[lo:hi]):
+                for e in ("P", "Q"):
+                    if value in distinctive[e]:
+                        issues.append((_field_at(card, pieces, lo + at), f"shared text contains the number "
+                                       f"{token!r} of endpoint {e} of factor {factor.factor_id} ({value})"))
+    return issues
+
+
 def _leak_issues(card: Card, renders: Renders) -> list[Issue]:
-    """No endpoint text or distinctive core in the shared text, nor the other core in an endpoint."""
+    """No endpoint text or distinctive core in the shared text, nor the other core in an endpoint.
+    A core that is only part of a number ("5" of "5,000" vs "12,000") is compared as a whole number."""
     issues: list[Issue] = []
     for i, factor in enumerate(card.factors):
         ends = {"P": factor.endpoints.P.strip(), "Q": factor.endpoints.Q.strip()}
         cores = dict(zip("PQ", endpoint_core(factor.endpoints.P, factor.endpoints.Q), strict=True))
+        cores = {e: c for e, c in cores.items() if len(c) >= CORE_MIN_CHARS and not _NUMBER_FRAGMENT.fullmatch(c)}
         needles = [(f"the text of endpoint {e}", t) for e, t in ends.items()]
-        needles += [(f"the core of endpoint {e}", c)
-                    for e, c in cores.items() if len(c) >= CORE_MIN_CHARS]
+        needles += [(f"the core of endpoint {e}", c) for e, c in cores.items()]
         for rendered, pieces in renders.values():
             for lo, hi in _outside(rendered.text, [(s.start, s.end) for s in rendered.spans]):
                 for what, needle in needles:
@@ -234,9 +265,10 @@ def _leak_issues(card: Card, renders: Renders) -> list[Issue]:
                         field = _field_at(card, pieces, lo + hit.start())
                         msg = f"shared text contains {what} of factor {factor.factor_id}: {needle!r}"
                         issues.append((field, msg))
+        issues += _number_issues(card, renders, i)
         for e, other in (("P", "Q"), ("Q", "P")):
-            core = cores[other]
-            if len(core) >= CORE_MIN_CHARS and re.search(re.escape(core), ends[e], re.IGNORECASE):
+            core = cores.get(other, "")
+            if core and re.search(re.escape(core), ends[e], re.IGNORECASE):
                 msg = f"contains the core of endpoint {other}: {core!r}"
                 issues.append((f"factors[{i}].endpoints.{e}", msg))
     return issues

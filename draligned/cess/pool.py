@@ -56,19 +56,19 @@ class CandidatePool(Record):
 
 
 class ControllerConfig(Record):
-    """Settings of the pool search controller (fixed before any search)."""
+    """Settings of the pool search controller (fixed before any search); every value finite and bounded."""
 
-    budget: int = Field(default=10, ge=1)
+    budget: int = Field(default=10, ge=1, le=10_000)
     """Maximum number of searches K."""
     selection: Literal["agent", "uniform"] = "agent"
     """``agent``: relevance-driven probabilities; ``uniform``: 1/N for every document."""
     stopping: Literal["fixed", "adaptive"] = "fixed"
     """``fixed``: exactly K searches; ``adaptive``: the agent's stop wish becomes a sampled decision."""
-    temperature: float = Field(default=0.1, gt=0.0)
+    temperature: float = Field(default=0.1, gt=0.0, le=1000.0, allow_inf_nan=False)
     """Softmax temperature on cosine relevance (smaller = greedier)."""
-    ranking_strength: float = Field(default=1.0, ge=0.0)
+    ranking_strength: float = Field(default=1.0, ge=0.0, le=1000.0, allow_inf_nan=False)
     """Logit tilt per unit score under supporting-first (+) or opposing-first (−) ranking."""
-    repetition_penalty: float = Field(default=2.0, ge=0.0)
+    repetition_penalty: float = Field(default=2.0, ge=0.0, le=1000.0, allow_inf_nan=False)
     """Logit penalty per earlier opening of the same document."""
     epsilon: float = Field(default=0.1, ge=0.0, le=1.0)
     """Uniform exploration share: p = (1 − ε) softmax + ε / N."""

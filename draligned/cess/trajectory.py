@@ -19,6 +19,7 @@ from typing import Any, Literal
 import jsonschema
 
 from draligned.records import Record
+from draligned.strict_json import JSONInputError, loads
 
 SCHEMA_PATH = Path(__file__).with_name("trajectory.schema.json")
 PROB_SUM_TOLERANCE = 1e-6
@@ -176,10 +177,6 @@ def _schema_error(record: Any, line: int) -> TrajectoryError | None:
     return TrajectoryError(line, _field_path(parts), error.message)
 
 
-def _reject_constant(name: str) -> float:
-    raise ValueError(f"non-finite number {name} is not allowed")
-
-
 def _check_semantics(traj: Trajectory, line: int) -> None:
     """Rules the schema cannot express: lengths, sums, membership, positivity, T ≤ K, c_1 = 0, Y known."""
     n = len(traj.pool.doc_ids)
@@ -233,8 +230,8 @@ def _check_semantics(traj: Trajectory, line: int) -> None:
 def parse_trajectory(text: str, line: int = 1) -> Trajectory:
     """Parse and fully validate one JSON Lines record."""
     try:
-        record = json.loads(text, parse_constant=_reject_constant)
-    except ValueError as exc:
+        record = loads(text)  # no NaN/Infinity, no repeated key, bounded nesting
+    except JSONInputError as exc:
         raise TrajectoryError(line, "<json>", f"not valid JSON: {exc}") from None
     error = _schema_error(record, line)
     if error is not None:
@@ -245,7 +242,8 @@ def parse_trajectory(text: str, line: int = 1) -> Trajectory:
 
 
 def load_trajectories(path: str | Path) -> list[Trajectory]:
-    """Read a JSON Lines file of trajectories (blank lines ignored); the first invalid line raises."""
+    """Read a JSON Lines file of trajectories (blank lines ignored); the first invalid line raises, and
+    so does a file with no trajectory (an estimate of nothing is not a result)."""
     trajectories: list[Trajectory] = []
     seen: set[str] = set()
     with Path(path).open("rb") as handle:
@@ -260,4 +258,6 @@ def load_trajectories(path: str | Path) -> list[Trajectory]:
                     raise TrajectoryError(number, "trajectory_id", f"duplicate id {traj.trajectory_id!r}")
                 seen.add(traj.trajectory_id)
                 trajectories.append(traj)
+    if not trajectories:
+        raise TrajectoryError(0, "<file>", "no trajectories (the file is empty or has only blank lines)")
     return trajectories

@@ -3,12 +3,15 @@
 The response text must be one JSON object valid under the evaluator's schema, and pass the
 cross-checks the schema cannot express: paragraph ids exist in the packet, axis ids are factors of
 the packet, and a request read gives exactly one label per request and factor. There is no
-repair of any kind: a response that fails stays failed, with its raw text kept.
+repair of any kind: a response that fails stays failed, with its raw text kept. Only a complete
+reply is read: one cut at the output cap (finish reason ``length``: the responses API's incomplete
+status, Anthropic's ``max_tokens`` stop) fails as ``truncated`` even when its text happens to parse,
+and one that ended for any other reason than a normal stop fails naming that reason. A repeated
+JSON key is malformed (the last value would silently win).
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any, Literal
 
 import jsonschema
@@ -17,6 +20,7 @@ from draligned.evaluator.aggregate import AxisItem, RestoredSide
 from draligned.evaluator.orientation import restore
 from draligned.evaluator.packets import Manifest
 from draligned.records import Record
+from draligned.strict_json import JSONInputError, loads
 
 
 class ExtractedItem(AxisItem):
@@ -80,14 +84,20 @@ def _cross_check(data: dict[str, Any], manifest: Manifest) -> str | None:
     return None
 
 
-def ingest(text: str | None, manifest: Manifest, schema: dict[str, Any]) -> Ingested:
-    """Parse, schema-check and cross-check a response; restore sides with the manifest's orientation."""
+def ingest(text: str | None, manifest: Manifest, schema: dict[str, Any],
+           finish_reason: str | None = "stop") -> Ingested:
+    """Parse, schema-check and cross-check a complete response; restore sides with the manifest's
+    orientation. ``finish_reason`` is the reply's normalised one (None: the provider gave none)."""
+    if finish_reason == "length":
+        return Ingested(ok=False, error="truncated: the reply hit the output cap (finish reason length)")
+    if finish_reason not in ("stop", None):
+        return Ingested(ok=False, error=f"incomplete: the reply ended with finish reason {finish_reason}")
     if not text:
         return Ingested(ok=False, error="empty response")
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        return Ingested(ok=False, error=f"not JSON: {exc}")
+        data = loads(text)
+    except JSONInputError as exc:
+        return Ingested(ok=False, error=f"malformed: {exc}")
     try:
         jsonschema.validate(data, schema)
     except jsonschema.ValidationError as exc:

@@ -121,7 +121,7 @@ def read_record(evaluator: Evaluator, store: ReadStore, manifest: Manifest, repl
     ``batch`` is (batch id, line id) for a line of a batch job, None for a synchronous read."""
     raw_blob = store.archive.put_blob(reply.raw_response)  # archived before anything is parsed
     text_blob = store.archive.put_blob(reply.text or "")
-    outcome = ingest(reply.text, manifest, evaluator.schemas[manifest.kind])
+    outcome = ingest(reply.text, manifest, evaluator.schemas[manifest.kind], reply.finish_reason)
     record = ReadRecord(
         packet_id=manifest.packet_id, evaluator_id=evaluator.evaluator_id,
         status="OK" if outcome.ok else "READ_FAILED", error=outcome.error,

@@ -16,6 +16,7 @@ import json
 import re
 import time
 
+from draligned.evaluator.config import SimEvaluatorOptions
 from draligned.models.base import ModelAPI
 from draligned.records import Message, ModelReply, ToolSpec, Usage
 from draligned.tools.corpus import tokenize
@@ -80,7 +81,7 @@ class SimEvaluator(ModelAPI):
     async def generate(self, messages: list[Message], tools: list[ToolSpec], seed: int) -> ModelReply:
         started = time.perf_counter()
         prompt = next(m.content or "" for m in messages if m.role == "user")
-        text = json.dumps(answer(prompt, bool(self.declaration.options.get("order_bias", False))),
+        text = json.dumps(answer(prompt, SimEvaluatorOptions.model_validate(self.declaration.options).order_bias),
                           ensure_ascii=False)
         usage = Usage(input_tokens=len(prompt) // 4 + 1, output_tokens=len(text) // 4 + 1)
         raw = {"object": "draligned.sim_evaluator.reply", "simulator": SIM_EVALUATOR_LABEL,

@@ -23,11 +23,12 @@ from draligned.archive.writer import RunWriter
 from draligned.harness import LoadedContract
 from draligned.models import ModelAPI, ModelError
 from draligned.records import Message, ModelReply, Record, RunRecord, RunStatus, ToolCall, ToolCallEvent, ToolSpec
+from draligned.sandbox import redact_host_paths
 from draligned.tools.acquisition import AcquisitionTools, SearchBackend
 from draligned.tools.errors import ToolError
 
 
-class Budget(Record):
+class Budget(Record, strict=True):
     """Per-run budget from the study."""
 
     max_model_calls: int = 30
@@ -148,8 +149,9 @@ class LoopResult:
 
 
 def harness_error(exc: Exception) -> LoopResult:
-    """A context that raised: recorded as a failure, never silent, so the run cannot look like a report."""
-    return LoopResult("failed", f"harness error: {type(exc).__name__}: {exc}")
+    """A context that raised: recorded as a failure, never silent, so the run cannot look like a report.
+    Host workspace paths (an OSError names its file) are redacted: the reason is archived."""
+    return LoopResult("failed", f"harness error: {type(exc).__name__}: {redact_host_paths(str(exc))}")
 
 
 Handler = Callable[[dict], Awaitable[ToolOutcome]]

@@ -16,7 +16,7 @@ from draligned.archive.writer import RunWriter
 from draligned.executors.base import Executor, Handler, Loop, RunSetup, ToolOutcome, acquisition_handlers, harness_error
 from draligned.harness import Contract
 from draligned.records import Message, RunRecord, ToolCallEvent
-from draligned.sandbox import SandboxLimits, new_workspace, run_in_sandbox, sandbox_uid
+from draligned.sandbox import SandboxLimits, new_workspace, redact_host_paths, run_in_sandbox, sandbox_uid
 from draligned.tools.acquisition import AcquisitionTools, SearchBackend
 from draligned.tools.errors import ToolError
 from draligned.tools.workspace import DELIVERABLE, PathRefused, Workspace
@@ -33,6 +33,7 @@ class WorkspaceTools:
         limits = contract.workspace_limits()
         self.acquisition = AcquisitionTools(backend, limits)
         self.workspace = workspace
+        workspace.quota_bytes = limits.workspace_mb << 20
         self.limits = SandboxLimits.from_contract(limits)
         self.view_chars = limits.view_chars
         self.returns = contract.returns
@@ -46,7 +47,11 @@ class WorkspaceTools:
             return ToolOutcome("Error: the command is empty.", error=ToolError.EMPTY_COMMAND)
         result = await run_in_sandbox(self.workspace.root, ["/bin/sh", "-c", args["command"]], self.limits,
                                       read_only=self.workspace.read_only)
-        return ToolOutcome(result.render(self.limits), error=ToolError.TIMEOUT if result.timed_out else None)
+        # the host workspace path (in /proc/self/mountinfo, say) is shown as /workspace: it is archived
+        text, error = redact_host_paths(result.render(self.limits)), ToolError.TIMEOUT if result.timed_out else None
+        if over := self.workspace.over_quota():
+            text, error = f"{text}\n[Error: {over}]", error or ToolError.OVER_QUOTA
+        return ToolOutcome(text, error=error)
 
     async def _view_file(self, args: dict) -> ToolOutcome:
         try:
@@ -100,9 +105,11 @@ class Snapshotter:
         changed: dict[str, str | None] = {p: s for p, s in shas.items() if self.previous.get(p) != s}
         changed.update({p: None for p in self.previous if p not in shas})
         self.previous = shas
-        manifest = {"files": shas, "symlinks": state.symlinks, "oversize": state.oversize}
+        manifest: dict[str, object] = {"files": shas, "symlinks": state.symlinks, "oversize": state.oversize}
         if state.unreadable:  # only when present, so ordinary manifests keep their bytes
             manifest["unreadable"] = state.unreadable
+        if state.omitted:
+            manifest["omitted"] = state.omitted
         self.writer.snapshot(self.role, ev.event_id, manifest, changed, len(shas),
                              sum(len(d) for d in state.files.values()))
         current = state.files.get(DELIVERABLE)
@@ -146,6 +153,9 @@ class HWExecutor(Executor):
         s = self.setup
         self.writer.start()
         self.writer.notice("draft_final_identity_structural", STRUCTURAL_NOTICE)
+        limits = self.contract.workspace_limits()  # defaults in code are not in the contract file: say them
+        self.writer.notice("workspace_limits", f"workspace quota {limits.workspace_mb} MiB; shell /tmp "
+                                               f"{limits.shell_tmp_mb} MiB")
         loop = Loop(setup=s, tools=self.contract.tools, handlers=self.handlers(),
                     messages=[Message(role="system", content=s.system_prompt),
                               Message(role="user", content=s.user_message)],

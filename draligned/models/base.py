@@ -53,7 +53,7 @@ class ModelError(Exception):
         """The failed attempts of the call, recorded in the run before the failure."""
 
 
-class ModelDeclaration(Record):
+class ModelDeclaration(Record, strict=True):
     """A ``[[models]]`` table of a study (or an evaluator file)."""
 
     name: str

@@ -14,6 +14,7 @@ from typing import Any
 import openai
 
 from draligned.models import wire
+from draligned.models.options import ChatOptions
 from draligned.models.remote import Posted, RemoteModel
 from draligned.records import Message, ToolSpec, Usage
 
@@ -56,7 +57,7 @@ class OpenAIChat(RemoteModel):
         body: dict[str, Any] = {"model": d.model, "messages": chat_messages(messages)}
         if tools:
             body["tools"] = [{"type": "function", "function": t.model_dump(mode="json")} for t in tools]
-        field = str(d.options.get("max_tokens_field", "max_completion_tokens"))
+        field = ChatOptions.model_validate(d.options).max_tokens_field
         return body | request_fields(d.request_fields(), bool(tools), field)
 
     async def post(self, client: Any, body: dict[str, Any], timeout: float) -> Posted:

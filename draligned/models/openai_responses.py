@@ -21,6 +21,7 @@ from typing import Any
 import openai
 
 from draligned.models import wire
+from draligned.models.options import ResponsesOptions
 from draligned.models.remote import Posted, RemoteModel
 from draligned.records import Message, ReasoningState, ToolSpec, Usage
 
@@ -60,7 +61,7 @@ class OpenAIResponses(RemoteModel):
 
     def build_body(self, messages: list[Message], tools: list[ToolSpec]) -> dict[str, Any]:
         fields = {"store": False} | self.declaration.request_fields()
-        carry = self.declaration.options.get("carry_reasoning", True) is not False
+        carry = ResponsesOptions.model_validate(self.declaration.options).carry_reasoning
         previous = self._previous(messages)
         if previous is not None:  # stored: name the previous reply, send only what came after it
             index, response_id = previous

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+from pydantic import Field
+
 from draligned.records import Record, Usage
 
 
-class Price(Record):
-    """The ``price`` table of a model declaration, in US dollars per million tokens."""
+class Price(Record, strict=True):
+    """The ``price`` table of a model declaration, in US dollars per million tokens (finite, not negative)."""
 
-    input: float
+    input: float = Field(ge=0, le=1_000_000, allow_inf_nan=False)
     """Price of a million uncached prompt tokens."""
-    output: float
+    output: float = Field(ge=0, le=1_000_000, allow_inf_nan=False)
     """Price of a million output tokens (reasoning tokens are billed as output)."""
-    cached_input: float | None = None
+    cached_input: float | None = Field(None, ge=0, le=1_000_000, allow_inf_nan=False)
     """Price of a million prompt tokens served from the provider's cache; None bills them as input."""
 
     def cost(self, usage: Usage) -> float:

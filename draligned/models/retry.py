@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Literal, TypeVar
 
 import tenacity
-from pydantic import model_validator
+from pydantic import Field, field_validator, model_validator
 
 from draligned.records import ModelAttempt, Record
 
@@ -28,41 +28,45 @@ SLEEP: Callable[[float], Awaitable[None]] = asyncio.sleep
 RETRYABLE_STATUS = frozenset({408, 409, 429})
 
 
-class RetryPolicy(Record):
-    """The ``retry`` table of a model declaration (transport only: not part of any hash)."""
+class RetryPolicy(Record, strict=True):
+    """The ``retry`` table of a model declaration (transport only: not part of any hash). Every value
+    is bounded: ``max_connections = 0`` would wait forever, a NaN timeout would never fire."""
 
-    max_attempts: int = 6
+    max_attempts: int = Field(6, ge=1, le=100)
     """Attempts per model call, the first included."""
-    max_total_s: float = 1800.0
+    max_total_s: float = Field(1800.0, gt=0, le=7 * 86_400, allow_inf_nan=False)
     """No attempt starts after this many seconds since the first one began."""
-    initial_wait_s: float = 2.0
+    initial_wait_s: float = Field(2.0, ge=0, le=3600, allow_inf_nan=False)
     """First backoff wait; it doubles per attempt, plus up to this much random jitter."""
-    max_wait_s: float = 120.0
+    max_wait_s: float = Field(120.0, ge=0, le=86_400, allow_inf_nan=False)
     """Cap on a backoff wait (a longer ``Retry-After`` from the server is still honoured)."""
-    timeout_s: float = 900.0
+    timeout_s: float = Field(900.0, gt=0, le=86_400, allow_inf_nan=False)
     """Per-attempt request timeout in seconds."""
     max_connections: int | Literal["auto"] = 8
     """Requests in flight to this model at once, shared by all runs of a study; ``"auto"`` adapts it
     (AIMD: start at ``auto_start``, +1 per window of successes, halved on a 429, within the auto bounds)."""
-    auto_start: int = 2
+    auto_start: int = Field(2, ge=1, le=1024)
     """Starting limit of ``max_connections = "auto"``."""
-    auto_min: int = 1
+    auto_min: int = Field(1, ge=1, le=1024)
     """Lowest limit of ``max_connections = "auto"``."""
-    auto_max: int = 32
+    auto_max: int = Field(32, ge=1, le=1024)
     """Highest limit of ``max_connections = "auto"``."""
-    stop_after_connection_failures: int = 3
+    stop_after_connection_failures: int = Field(3, ge=1, le=1_000_000)
     """After this many consecutive runs of the model failed because it could not be reached (connection
     refused, DNS, ...), no new run of it starts in this ``draligned run``; its slots stay unstarted."""
 
+    @field_validator("max_connections")
+    @classmethod
+    def _connections_bounded(cls, value: int | Literal["auto"]) -> int | Literal["auto"]:
+        if isinstance(value, int) and not 1 <= value <= 1024:
+            raise ValueError(f"must be 1 to 1024 or \"auto\" (got {value})")
+        return value
+
     @model_validator(mode="after")
     def _bounded(self) -> RetryPolicy:
-        if isinstance(self.max_connections, int) and self.max_connections < 1:
-            raise ValueError(f"max_connections must be at least 1 or \"auto\" (got {self.max_connections})")
         if not 1 <= self.auto_min <= self.auto_start <= self.auto_max:
             raise ValueError(f"need 1 <= auto_min <= auto_start <= auto_max (got {self.auto_min}, "
                              f"{self.auto_start}, {self.auto_max})")
-        if self.stop_after_connection_failures < 1:
-            raise ValueError("stop_after_connection_failures must be at least 1")
         return self
 
 

@@ -28,7 +28,8 @@ import re
 import time
 from dataclasses import dataclass, field
 
-from draligned.models.base import ModelAPI
+from draligned.models.base import ModelAPI, ModelDeclaration
+from draligned.models.options import SimOptions
 from draligned.records import Message, ModelReply, ToolCall, ToolSpec, Usage
 from draligned.tools.corpus import tokenize
 from draligned.tools.workspace import DELIVERABLE
@@ -109,18 +110,20 @@ def affinity(texts: list[str], weights: dict[str, float]) -> list[float]:
 class SimAgent(ModelAPI):
     """The offline simulated agent (see module docstring).
 
-    Options: ``sensitivity`` (0..1), ``revise`` (search again and save a second draft),
-    ``final_mode`` ("submit" or "text": deliver by a text-only reply), ``latency_s``
-    (simulated seconds per call, to exercise concurrency and interruption).
+    Options: ``SimOptions`` (sensitivity, revise, final_mode, latency_s), validated when built.
     """
+
+    def __init__(self, declaration: ModelDeclaration) -> None:
+        super().__init__(declaration)
+        self.options = SimOptions.model_validate(declaration.options)
 
     @property
     def sensitivity(self) -> float:
-        return float(self.declaration.options.get("sensitivity", 0.8))
+        return self.options.sensitivity
 
     async def generate(self, messages: list[Message], tools: list[ToolSpec], seed: int) -> ModelReply:
         started = time.perf_counter()
-        await asyncio.sleep(float(self.declaration.options.get("latency_s", 0.0)))
+        await asyncio.sleep(self.options.latency_s)
         user = next(m.content or "" for m in messages if m.role == "user")
         task, background = split_message(user)
         hist = _History.parse(messages)
@@ -128,7 +131,7 @@ class SimAgent(ModelAPI):
         rng = random.Random(f"{seed}:{step}")
         plan = random.Random(f"{seed}:plan")
         n_first = plan.choice((2, 3))
-        revise = bool(self.declaration.options.get("revise", True))
+        revise = self.options.revise
         tool_names = {t.name for t in tools}
 
         call: ToolCall | None = None
@@ -146,11 +149,11 @@ class SimAgent(ModelAPI):
             call = self._search(task, background, len(hist.searches), rng)
         elif hist.drafts < 1 + int(revise):
             call = self._write(task, background, hist, seed, workspace)
-        elif workspace and self.declaration.options.get("final_mode", "submit") == "submit":
+        elif workspace and self.options.final_mode == "submit":
             edit = {"path": DELIVERABLE, "old_text": "# Draft:", "new_text": "# Final report:"}
             call = (self._tool("edit_file", edit)
                     if "edit_file" not in hist.outputs else self._tool("submit_file", {"path": DELIVERABLE}))
-        elif (self.declaration.options.get("final_mode", "submit") == "text"
+        elif (self.options.final_mode == "text"
               or ("submit_report" not in tool_names and not workspace)):
             text = self._report(task, background, hist, True, seed)
         else:

@@ -32,3 +32,5 @@ class ToolError(StrEnum):
     """A file tool refused the path or the operation (outside /workspace, read-only, missing, ...)."""
     EMPTY_FILE = "empty_file"
     """submit_file named an empty file; nothing was submitted."""
+    OVER_QUOTA = "over_quota"
+    """A shell command left the workspace holding more than its quota (``workspace_mb``)."""

@@ -1,8 +1,9 @@
 """Document files in JSON Lines: one pydantic model per line, errors naming file, line and field.
 
 The search corpus and the candidate-pool files share this format and its rules: UTF-8, blank
-lines skipped, one JSON object per line, every field validated, and no two documents with
-the same identity (each error names the line of the first occurrence).
+lines skipped, one strict JSON object per line (no repeated key, no NaN, bounded nesting), every
+field validated, and no two documents with the same identity (each error names the line of the
+first occurrence).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from pathlib import Path
 from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
+
+from draligned.strict_json import JSONInputError, loads
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -44,9 +47,11 @@ def parse_documents(raw: bytes, path: Path, model: type[M], error: type[Exceptio
             continue
         where = f"{path}:{lineno}"
         try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise error(f"{where}: invalid JSON: {exc.msg} (column {exc.colno})") from exc
+            obj = loads(line)  # a repeated key would silently keep its last value; nesting is bounded
+        except JSONInputError as exc:
+            cause = exc.__context__
+            why = f"{cause.msg} (column {cause.colno})" if isinstance(cause, json.JSONDecodeError) else str(exc)
+            raise error(f"{where}: invalid JSON: {why}") from exc
         if not isinstance(obj, dict):
             raise error(f"{where}: expected a JSON object, got {type(obj).__name__}")
         try:

@@ -1,0 +1,57 @@
+"""JSON (and TOML) input read without surprises: no repeated keys, no non-finite numbers, bounded nesting.
+
+Every input file the toolkit reads (cards, trajectories, corpora, pool files, evaluator schemas,
+evaluator replies) goes through ``loads``: a repeated key would silently keep only its last
+value, and a document nested thousands of levels deep would end in a RecursionError deep inside
+the parser or the validators instead of an error naming the file. ``check_depth`` applies the same
+nesting bound to already parsed data (study and evaluator TOML).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from typing import Any
+
+MAX_DEPTH = 64
+"""Deepest nesting of arrays and objects accepted; real inputs stay below ten levels."""
+
+
+class JSONInputError(ValueError):
+    """Input that is not strict JSON; the message says why (callers add the file, line and field)."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    dups = sorted(k for k, n in Counter(k for k, _ in pairs).items() if n > 1)
+    if dups:
+        raise JSONInputError(f"duplicate keys {dups}")
+    return dict(pairs)
+
+
+def _reject_constant(name: str) -> float:
+    raise JSONInputError(f"non-finite number {name} is not allowed")
+
+
+def check_depth(data: Any, limit: int = MAX_DEPTH) -> None:
+    """JSONInputError when lists and dicts in ``data`` nest deeper than ``limit`` (iterative: no recursion)."""
+    stack: list[tuple[Any, int]] = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict | list):
+            if depth > limit:
+                raise JSONInputError(f"nested deeper than {limit} levels")
+            stack += [(v, depth + 1) for v in (value.values() if isinstance(value, dict) else value)]
+
+
+def loads(text: str | bytes, limit: int = MAX_DEPTH) -> Any:
+    """Parse JSON; JSONInputError for invalid JSON, repeated keys, NaN/Infinity or nesting beyond ``limit``."""
+    try:
+        data = json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_reject_constant)
+    except JSONInputError:
+        raise
+    except RecursionError:
+        raise JSONInputError(f"nested deeper than {limit} levels") from None
+    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise JSONInputError(f"not valid JSON: {exc}") from None
+    check_depth(data, limit)
+    return data
