@@ -80,19 +80,29 @@ def _cross_check(data: dict[str, Any], manifest: Manifest) -> str | None:
     return None
 
 
-def ingest(text: str | None, manifest: Manifest, schema: dict[str, Any]) -> Ingested:
-    """Parse, schema-check and cross-check a response; restore sides with the manifest's orientation."""
+def schema_checked(text: str | None, schema: dict[str, Any]) -> tuple[Any, str | None]:
+    """(data, None) when ``text`` is one JSON value valid under ``schema``, else (None, why); no repair.
+
+    The structured-output path every LLM answer takes (evaluator reads, card construction)."""
     if not text:
-        return Ingested(ok=False, error="empty response")
+        return None, "empty response"
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        return Ingested(ok=False, error=f"not JSON: {exc}")
+        return None, f"not JSON: {exc}"
     try:
         jsonschema.validate(data, schema)
     except jsonschema.ValidationError as exc:
         path = "/".join(str(p) for p in exc.absolute_path)
-        return Ingested(ok=False, error=f"schema: {path or '(root)'}: {exc.message}")
+        return None, f"schema: {path or '(root)'}: {exc.message}"
+    return data, None
+
+
+def ingest(text: str | None, manifest: Manifest, schema: dict[str, Any]) -> Ingested:
+    """Parse, schema-check and cross-check a response; restore sides with the manifest's orientation."""
+    data, error = schema_checked(text, schema)
+    if error is not None:
+        return Ingested(ok=False, error=error)
     if error := _cross_check(data, manifest):
         return Ingested(ok=False, error=error)
     if manifest.kind == "requests":
