@@ -14,7 +14,7 @@ from draligned.construction.pdrbench import PdrBenchError, load_pairs, load_pers
 from draligned.construction.prompts import PROPOSAL_PROMPT, prompt_file, proposal_schema_json
 from draligned.construction.propose import language_problems, load_inputs, render_prompt
 from draligned.construction.sim import propose
-from tests.fake_providers import FakeProvider, Wire
+from tests.fake_providers import Error, FakeProvider, Wire
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE = REPO / "construction" / "pdr_sample"
@@ -159,3 +159,28 @@ def test_a_proposal_in_the_wrong_language_fails_with_the_field(tmp_path, monkeyp
     assert "factors[0].endpoints.P: written in English, but the task is in Chinese (zh)" in reason
     assert language_problems(card.model_copy(update={"task": card.task.model_copy(update={"language": "en"})})) == []
     assert code == 0 and len(fp.log) == 1
+
+
+def test_unusable_replies_model_errors_and_a_missing_key(tmp_path, monkeypatch, capsys):
+    """A reply that fails the schema is recorded with its raw text and no card; a failed call leaves the
+    pair for the next run (exit 1); a missing key stops before any call (exit 2)."""
+    one_pair = tmp_path / "pairs.jsonl"
+    one_pair.write_text('{"taskid": 1, "userid": "User1"}\n')
+    args = ["cards", "propose", "--tasks", str(SAMPLE / "tasks_en.jsonl"), "--personas",
+            str(SAMPLE / "personas_en.jsonl"), "--pairs", str(one_pair), "--out", str(tmp_path / "out"), "--model"]
+    wire = Wire("anthropic", "echo")
+    with FakeProvider("anthropic", script=[wire.reply(text='{"profile": "x"}'), Error(400), Error(400)]) as fp:
+        assert main([*args, str(model_file(tmp_path, fp))]) == 2  # FAKE_PROVIDER_KEY is not set
+        assert "FAKE_PROVIDER_KEY" in capsys.readouterr().err and fp.log == []
+        monkeypatch.setenv("FAKE_PROVIDER_KEY", "sk-test")
+        assert main([*args, str(model_file(tmp_path, fp))]) == 0
+        assert "UNUSABLE en_t1_User1_single: schema: (root): 'factors' is a required property" in capsys.readouterr().out
+        record = json.loads((tmp_path / "out" / "proposals" / "en_t1_User1_single.json").read_text())
+        assert record["cards"] == [] and record["prompt"].startswith("proposal.v1.md@")
+        raw = (tmp_path / "out" / "responses" / f"{record['response_sha256']}.txt").read_text()
+        assert '{\\"profile\\": \\"x\\"}' in raw
+        two = tmp_path / "pairs2.jsonl"
+        two.write_text('{"taskid": 2, "userid": "User2"}\n')
+        assert main([*args[:7], str(two), *args[8:], str(model_file(tmp_path, fp))]) == 1
+        assert "MODEL ERROR task 2 / User2" in capsys.readouterr().err
+    assert not (tmp_path / "out" / "proposals" / "en_t2_User2_single.json").exists()
