@@ -174,7 +174,8 @@ def test_unusable_replies_model_errors_and_a_missing_key(tmp_path, monkeypatch, 
         assert "FAKE_PROVIDER_KEY" in capsys.readouterr().err and fp.log == []
         monkeypatch.setenv("FAKE_PROVIDER_KEY", "sk-test")
         assert main([*args, str(model_file(tmp_path, fp))]) == 0
-        assert "UNUSABLE en_t1_User1_single: schema: (root): 'factors' is a required property" in capsys.readouterr().out
+        printed = capsys.readouterr().out
+        assert "UNUSABLE en_t1_User1_single: schema: (root): 'factors' is a required property" in printed
         record = json.loads((tmp_path / "out" / "proposals" / "en_t1_User1_single.json").read_text())
         assert record["cards"] == [] and record["prompt"].startswith("proposal.v1.md@")
         raw = (tmp_path / "out" / "responses" / f"{record['response_sha256']}.txt").read_text()

@@ -18,6 +18,7 @@ from draligned.construction.assign import assign
 from draligned.construction.review import ReviewError, export_sheet, import_answers
 from draligned.construction.store import construction_cards
 from draligned.workflow import run_study_file
+from tests.study_helpers import write_study
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE = REPO / "construction" / "pdr_sample"
@@ -67,22 +68,7 @@ def test_every_pass_card_validates_and_runs_in_a_study(built, tmp_path):
     assert len(passed) >= 24
     for lc in passed:
         require_runnable(lc.path)
-    study = tmp_path / "study.toml"
-    study.write_text(f"""name = "pass-cards"
-cards = [{", ".join(json.dumps(str(lc.path)) for lc in passed)}]
-harnesses = ["H00"]
-seeds = 1
-concurrency = 4
-archive = "archive"
-corpus = "{REPO / 'corpora/demo/corpus.jsonl'}"
-[budget]
-max_model_calls = 24
-max_tool_calls = 40
-[[models]]
-name = "sim-agent"
-protocol = "sim"
-model = "sim-agent-v1"
-""")
+    study = write_study(tmp_path, [str(lc.path) for lc in passed], name="pass-cards")
     result = run_study_file(study)
     arms = sum(len(lc.card.arms()) for lc in passed)
     assert len(result.records) == arms and all(r.status == "completed" for r in result.records)

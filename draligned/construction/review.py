@@ -23,6 +23,7 @@ from draligned.archive.store import write_once
 from draligned.construction.store import construction_cards, save_card, with_decision
 from draligned.construction.verify import CRITERIA, CRITERION_NAMES
 from draligned.evaluator.agreement import Agreement, cohen
+from draligned.evaluator.review import sheet_text
 from draligned.hashing import sha256_bytes, sha256_text
 from draligned.records import Record
 
@@ -98,14 +99,7 @@ def export_sheet(directory: str | Path, fmt: Literal["csv", "jsonl"]) -> tuple[s
                      **{h: "" for h in CRITERIA}, "fatal": "", "comment": ""})
         key.append(SheetKey(item_id=item_id, card_id=card.card_id, card_sha256=loaded.file_sha256))
     rows.sort(key=lambda r: r["item_id"])  # order by blinded id, not by card
-    if fmt == "csv":
-        buf = io.StringIO()
-        writer = csv.DictWriter(buf, fieldnames=SHEET_COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
-        text = buf.getvalue()
-    else:
-        text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+    text = sheet_text(rows, fmt, SHEET_COLUMNS)
     sheet_id = sha256_text(text)[:16]
     body = json.dumps([k.model_dump() for k in sorted(key, key=lambda k: k.item_id)], indent=1) + "\n"
     write_once(Path(directory) / "reviews" / f"{sheet_id}.key.json", body.encode())
