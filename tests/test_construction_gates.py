@@ -31,7 +31,9 @@ from draligned.construction.verify import (
     render_prompt,
     verify_dir,
 )
+from draligned.records import ModelReply
 from tests.fake_providers import FakeProvider, Wire
+from tests.loopback_wire import WireServer
 from tests.test_construction_inputs import model_file
 
 REPO = Path(__file__).resolve().parent.parent
@@ -43,7 +45,7 @@ def verdict(name: str, no: str = "", unsure: str = "", exclusive: dict[str, bool
     """A verdict answering yes except "no" on the criteria in ``no`` and cannot_tell on those in ``unsure``."""
     answers = {h: {"answer": "no" if h in no.split() else "cannot_tell" if h in unsure.split() else "yes",
                    "reason": f"{name} on {h}"} for h in CRITERIA}
-    return Verdict(card_id="c", card_sha256="0" * 64, verifier=name, model_sha256="1" * 64, prompt="p@x",
+    return Verdict(card_id="c", card_sha256="0" * 64, verifier=name, model_sha256="1" * 64, model=name, prompt="p@x",
                    schema_file="s@y", response_sha256="2" * 64, error=error,
                    criteria={} if error else answers,
                    soft_preferences=[{"factor_id": f, "mutually_exclusive": x, "reason": "r"}
@@ -124,7 +126,8 @@ def test_a_soft_preference_judgement_must_cover_the_cards_soft_preferences():
     data["factors"][0]["type"] = "preference"
     schema = json.loads(prompt_file("verify.v1.schema.json").text)
     text = json.dumps({"criteria": {h: {"answer": "yes", "reason": "r"} for h in CRITERIA}, "soft_preferences": []})
-    parsed, error = read_verdict(text, schema, Card.model_validate(data))
+    reply = ModelReply(text=text, finish_reason="stop", request_body={}, raw_response=text)
+    parsed, error = read_verdict(reply, schema, Card.model_validate(data))
     assert parsed is None and error is not None and "expected exactly the soft preferences ['use']" in error
 
 
@@ -160,3 +163,21 @@ def test_pilot_cli_json_and_with_a_real_model(tmp_path, monkeypatch, capsys):
     text = capsys.readouterr().out
     assert "verifiers lenient and lenient-2" in text and "polarity (R2), target gate H4" in text
     assert "missed" in text and "NOT every planted defect was caught" in text
+
+
+@pytest.mark.parametrize("protocol", ["openai-chat", "openai-responses", "anthropic"])
+def test_truncated_and_refused_verifier_replies_keep_cards_out_of_pass(tmp_path, monkeypatch, protocol):
+    """Against the independent loopback servers: a 429 then a truncated reply, and a refusal. Neither is
+    repaired; both are unreadable with the finish reason named, and the card is RETAINED, not PASS."""
+    monkeypatch.setenv("FAKE_PROVIDER_KEY", "sk-test")
+    out = _card_dir(tmp_path, "pilot_1_clean.json")
+    with (WireServer(protocol, ["length"], {0: (429, {"retry-after": "1"})}) as cut,
+          WireServer(protocol, ["refusal"]) as refused):
+        files = [model_file(tmp_path, s, name) for s, name in ((cut, "cut"), (refused, "refuses"))]
+        assert main(["cards", "verify", str(out), "--model", str(files[0]), "--model", str(files[1])]) == 0
+        assert len(cut.log) == 2  # the 429 was retried once
+    card = Card.model_validate_json((out / "pilot_1_clean.json").read_bytes())
+    reason = card.status.decisions[-1].reason
+    assert card.status.current == "RETAINED" and "unreadable reply from cut" in reason
+    assert "finish_reason length" in reason and "refuses" in reason
+

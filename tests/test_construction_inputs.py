@@ -15,6 +15,7 @@ from draligned.construction.prompts import PROPOSAL_PROMPT, prompt_file, proposa
 from draligned.construction.propose import language_problems, load_inputs, render_prompt
 from draligned.construction.sim import propose
 from tests.fake_providers import Error, FakeProvider, Wire
+from tests.loopback_wire import WireServer
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE = REPO / "construction" / "pdr_sample"
@@ -124,8 +125,8 @@ def test_the_committed_proposal_schema_is_derived_from_the_card_schema():
     assert committed == proposal_schema_json(), "regenerate with proposal_schema_json() under a new version name"
 
 
-def model_file(tmp_path: Path, fp: FakeProvider, name: str = "remote") -> Path:
-    """A model TOML for a loopback provider (key in FAKE_PROVIDER_KEY)."""
+def model_file(tmp_path: Path, fp: FakeProvider | WireServer, name: str = "remote") -> Path:
+    """A model TOML for a loopback server of either set (key in FAKE_PROVIDER_KEY)."""
     path = tmp_path / f"{name}.toml"
     path.write_text(f"""[model]
 name = "{name}"

@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from draligned.archive.store import write_once
 from draligned.cards import Card
 from draligned.data import data_dir
+from draligned.evaluator.ingest import schema_checked
 from draligned.hashing import sha256_bytes
 from draligned.models.base import PROTOCOLS, ModelAPI, ModelDeclaration, get_model
 from draligned.records import Message, ModelReply, Record
@@ -35,6 +36,7 @@ CONSTRUCTION_PROTOCOLS: dict[str, str] = {
 """Protocols a construction model may declare: the agent protocols and the construction SIMULATORs
 (registered here, where construction lives, so a study cannot declare them)."""
 
+SIM_PROTOCOLS = ("sim-proposer", "sim-verifier")
 SIM_PROPOSER = ModelDeclaration(name="sim-proposer", protocol="sim-proposer", model="sim-proposer-v1")
 SIM_VERIFIERS = (
     ModelDeclaration(name="sim-verifier-a", protocol="sim-verifier", model="sim-verifier-v1"),
@@ -115,6 +117,21 @@ def make_model(declaration: ModelDeclaration) -> ModelAPI:
     model = get_model(declaration, CONSTRUCTION_PROTOCOLS)
     model.check_ready()
     return model
+
+
+def structured(reply: ModelReply, schema: dict[str, Any]) -> tuple[Any, str | None]:
+    """The reply's JSON answer under ``schema`` (no repair), or why not; a truncated, filtered or refused
+    reply says so, since its text alone would only read as broken JSON."""
+    data, error = schema_checked(reply.text, schema)
+    if error is not None and reply.finish_reason not in (None, "stop"):
+        error += f" (finish_reason {reply.finish_reason}{': ' + reply.refusal if reply.refusal else ''})"
+    return data, error
+
+
+def simulated(declaration: ModelDeclaration) -> str:
+    """How decisions name a model: a SIMULATOR says so."""
+    label = ", a SIMULATOR: deterministic rules, not a language model" if declaration.protocol in SIM_PROTOCOLS else ""
+    return f"{declaration.name} ({declaration.protocol}, model {declaration.model}{label})"
 
 
 async def ask(model: ModelAPI, prompt: str, seed: int, responses: Path) -> tuple[ModelReply, str]:

@@ -38,9 +38,10 @@ from draligned.construction.prompts import (
     ask,
     make_model,
     prompt_file,
+    simulated,
+    structured,
 )
 from draligned.construction.store import card_bytes, save_card, today
-from draligned.evaluator.ingest import schema_checked
 from draligned.hashing import sha256_bytes, sha256_text
 from draligned.models.base import ModelAPI, ModelDeclaration
 from draligned.records import Record
@@ -185,13 +186,13 @@ async def _propose_pair(model: ModelAPI, declaration: ModelDeclaration, template
     key = f"{task.language}_t{task.taskid}_{persona.userid}_{design}"
     prompt = render_prompt(template, task, persona, design)
     reply, response_sha = await ask(model, prompt, int(sha256_text(key)[:8], 16), out / "responses")
-    answer, error = schema_checked(reply.text, json.loads(schema.text))
+    answer, error = structured(reply, json.loads(schema.text))
     record = ProposalRecord(pair=key, taskid=task.taskid, userid=persona.userid, model=declaration.name,
                             model_sha256=declaration.sha256, prompt=f"{template.name}@{template.sha256}",
                             schema_file=f"{schema.name}@{schema.sha256}", response_sha256=response_sha)
-    provenance = (f"Proposed by {declaration.name} ({declaration.protocol}, model {declaration.model}) for PDR-Bench "
-                  f"task {task.taskid}, user {persona.userid}; prompt {template.name} sha256 {template.sha256}; "
-                  f"schema {schema.name} sha256 {schema.sha256}; raw response sha256 {response_sha}.")
+    provenance = (f"Proposed by {simulated(declaration)} for PDR-Bench task {task.taskid}, user {persona.userid}; "
+                  f"prompt {template.name} sha256 {template.sha256}; schema {schema.name} sha256 {schema.sha256}; "
+                  f"raw response sha256 {response_sha}.")
     if error is None:
         candidates, error = build_cards(answer, task, persona, design)
         for card_id, data in candidates:

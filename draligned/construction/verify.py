@@ -28,12 +28,20 @@ from typing import Literal
 from draligned.archive.store import write_once
 from draligned.cards import Card, LoadedCard
 from draligned.cards.model import Outcome
-from draligned.construction.prompts import VERIFY_PROMPT, VERIFY_SCHEMA, PromptFile, ask, make_model, prompt_file
+from draligned.construction.prompts import (
+    VERIFY_PROMPT,
+    VERIFY_SCHEMA,
+    PromptFile,
+    ask,
+    make_model,
+    prompt_file,
+    simulated,
+    structured,
+)
 from draligned.construction.store import construction_cards, save_card, with_decision
-from draligned.evaluator.ingest import schema_checked
 from draligned.hashing import sha256_text
 from draligned.models.base import ModelAPI, ModelDeclaration
-from draligned.records import Record
+from draligned.records import ModelReply, Record
 
 CRITERIA = ("H1", "H2", "H3", "H4", "H5")
 CRITERION_NAMES = {"H1": "faithful to source", "H2": "same core factor", "H3": "one factor changed (gate G2)",
@@ -73,6 +81,8 @@ class Verdict(Record):
     """Verifier model name (a SIMULATOR's name says so)."""
     model_sha256: str
     """Hash of the verifier's model declaration."""
+    model: str
+    """The verifier as decisions name it (protocol, model id; a SIMULATOR says so)."""
     prompt: str
     """Template file name@sha256."""
     schema_file: str
@@ -144,9 +154,9 @@ def render_prompt(template: PromptFile, card: Card) -> str:
             .replace("{{source}}", card.source or "(not recorded)").replace("{{factors}}", "\n\n".join(blocks)))
 
 
-def read_verdict(text: str | None, schema: dict, card: Card) -> tuple[dict | None, str | None]:
+def read_verdict(reply: ModelReply, schema: dict, card: Card) -> tuple[dict | None, str | None]:
     """Schema-checked answer plus the cross-check: one judgement per soft preference of the card."""
-    data, error = schema_checked(text, schema)
+    data, error = structured(reply, schema)
     if error is not None:
         return None, error
     wanted = sorted(f.factor_id for f in card.factors if f.type == "preference")
@@ -164,9 +174,9 @@ async def _verdict(model: ModelAPI, decl: ModelDeclaration, loaded: LoadedCard, 
     prompt = render_prompt(template, loaded.card)
     reply, response_sha = await ask(model, prompt, int(sha256_text(f"{decl.name}|{loaded.card.card_id}")[:8], 16),
                                     out / "responses")
-    data, error = read_verdict(reply.text, json.loads(schema.text), loaded.card)
+    data, error = read_verdict(reply, json.loads(schema.text), loaded.card)
     verdict = Verdict(card_id=loaded.card.card_id, card_sha256=loaded.file_sha256, verifier=decl.name,
-                      model_sha256=decl.sha256, prompt=f"{template.name}@{template.sha256}",
+                      model_sha256=decl.sha256, model=simulated(decl), prompt=f"{template.name}@{template.sha256}",
                       schema_file=f"{schema.name}@{schema.sha256}", response_sha256=response_sha, error=error,
                       **({"criteria": data["criteria"], "soft_preferences": data["soft_preferences"]} if data else {}))
     write_once(path, (json.dumps(verdict.model_dump(mode="json"), indent=1, ensure_ascii=False) + "\n").encode())
@@ -175,12 +185,12 @@ async def _verdict(model: ModelAPI, decl: ModelDeclaration, loaded: LoadedCard, 
 
 def _verifier_decision(v: Verdict) -> tuple[Outcome, str]:
     if v.error is not None:
-        return "RETAINED", f"unreadable reply (response sha256 {v.response_sha256}): {v.error}"
+        return "RETAINED", f"{v.model}: unreadable reply (response sha256 {v.response_sha256}): {v.error}"
     answers = ", ".join(f"{h} {v.criteria[h].answer}" for h in CRITERIA)
     soft = "".join(f"; {s.factor_id} mutually exclusive: {s.mutually_exclusive}" for s in v.soft_preferences)
     worst = {c.answer for c in v.criteria.values()}
     outcome: Outcome = "FAIL" if "no" in worst else "RETAINED" if "cannot_tell" in worst else "PASS"
-    return outcome, (f"{answers}{soft}; prompt {v.prompt}; schema {v.schema_file}; "
+    return outcome, (f"{v.model}: {answers}{soft}; prompt {v.prompt}; schema {v.schema_file}; "
                      f"response sha256 {v.response_sha256}")
 
 
