@@ -146,9 +146,19 @@ def test_review_answer_errors_name_file_line_and_field(built, tmp_path, capsys):
     bad.write_text(f"item_id,reviewer,H1,H2,H3,H4,H5,fatal\n{item},CR1,yes,maybe,yes,yes,yes,no\n")
     with pytest.raises(ReviewError, match=r"bad\.csv:2: H2: expected one of yes, no, cannot_tell, got 'maybe'"):
         import_answers(out, [(str(bad), bad.read_bytes())])
+    bad.write_text(f"item_id,reviewer,H1,H2,H3,H4,H5,fatal\n{item},CR1,yes,yes,yes,yes,Cannot Tell,perhaps\n")
+    with pytest.raises(ReviewError, match=r"bad\.csv:2: fatal: expected yes or no"):
+        import_answers(out, [(str(bad), bad.read_bytes())])
     bad.write_text(f"item_id,reviewer,H1,H2,H3,H4,H5,fatal\n{item},CR1,yes,yes,yes,yes,yes,no\n")
     assert main(["cards", "review", "import", str(out), str(bad)]) == 2
     assert "expected answers from exactly two reviewers, found ['CR1']" in capsys.readouterr().err
+    # without a reviewer column, each file is one reviewer, named by its file
+    for name, flag in (("CR1", "true"), ("CR2", "1")):
+        (tmp_path / f"{name}.jsonl").write_text(json.dumps({"item_id": item, "H1": "yes", "H2": "Yes", "H3": "no",
+                                                            "H4": "cannot tell", "H5": "yes", "fatal": flag}) + "\n")
+    report = import_answers(out, [(str(tmp_path / f"{n}.jsonl"), (tmp_path / f"{n}.jsonl").read_bytes())
+                                  for n in ("CR1", "CR2")])
+    assert report.reviewers == ["CR1", "CR2"] and len(report.excluded) == 1
 
 
 def test_assignment_is_deterministic_seed_sensitive_and_runs(built, tmp_path):

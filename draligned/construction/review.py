@@ -32,6 +32,9 @@ SHEET_COLUMNS = ["item_id", "task", "profile", "source_persona", "factors", "que
                  "reviewer", *CRITERIA, "fatal", "comment"]
 QUESTIONS = " ".join(f"{h} {CRITERION_NAMES[h]}?" for h in CRITERIA) + (
     " Answer each yes, no or cannot_tell. fatal: yes if the card must not be used at all. comment: free text.")
+FATAL = {"yes": True, "y": True, "true": True, "1": True, "no": False, "n": False, "false": False, "0": False,
+         "": False}
+"""Accepted spellings of the fatal flag (empty: no flag)."""
 REVIEWABLE = ("PASS", "RETAINED", "DISPUTED")
 """Statuses sent to human review; FAIL cards are not (paper Table 6)."""
 
@@ -138,17 +141,15 @@ def parse_answers(files: list[tuple[str, str]], keys: dict[str, SheetKey]
             item = (row.get("item_id") or "").strip()
             if item not in keys:
                 raise ReviewError(f"{name}:{n}: item_id: {item!r} is on no exported sheet of this directory")
-            reviewer = (row.get("reviewer") or "").strip()
-            if not reviewer:
-                raise ReviewError(f"{name}:{n}: reviewer: empty")
+            reviewer = (row.get("reviewer") or "").strip() or Path(name).stem  # one file per reviewer
             card = keys[item].card_id
             if card in answers.setdefault(reviewer, {}):
                 raise ReviewError(f"{name}:{n}: item_id: reviewer {reviewer} answered {item} twice")
             answers[reviewer][card] = {h: _answer(name, n, row, h) for h in CRITERIA}
-            flag = (row.get("fatal") or "no").strip().casefold() or "no"
-            if flag not in ("yes", "no"):
+            flag = FATAL.get((row.get("fatal") or "").strip().casefold())
+            if flag is None:
                 raise ReviewError(f"{name}:{n}: fatal: expected yes or no (or empty), got {row.get('fatal')!r}")
-            if flag == "yes":
+            if flag:
                 fatal.setdefault(card, set()).add(reviewer)
     if len(answers) != 2:
         raise ReviewError(f"expected answers from exactly two reviewers, found {sorted(answers) or 'none'}")
