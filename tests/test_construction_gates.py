@@ -9,6 +9,7 @@ import json
 import shutil
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 from draligned.cards import Card
@@ -26,12 +27,11 @@ from draligned.construction.verify import (
     CRITERIA,
     GATE_RULE,
     Verdict,
+    cross_check,
     gate,
-    read_verdict,
     render_prompt,
     verify_dir,
 )
-from draligned.records import ModelReply
 from tests.fake_providers import FakeProvider, Wire
 from tests.loopback_wire import WireServer
 from tests.test_construction_inputs import model_file
@@ -124,11 +124,10 @@ def test_a_soft_preference_judgement_must_cover_the_cards_soft_preferences():
     fails the cross-check: unreadable, not PASS."""
     data = json.loads((PILOT / "pilot_1_clean.json").read_text())
     data["factors"][0]["type"] = "preference"
-    schema = json.loads(prompt_file("verify.v1.schema.json").text)
-    text = json.dumps({"criteria": {h: {"answer": "yes", "reason": "r"} for h in CRITERIA}, "soft_preferences": []})
-    reply = ModelReply(text=text, finish_reason="stop", request_body={}, raw_response=text)
-    parsed, error = read_verdict(reply, schema, Card.model_validate(data))
-    assert parsed is None and error is not None and "expected exactly the soft preferences ['use']" in error
+    answer = {"criteria": {h: {"answer": "yes", "reason": "r"} for h in CRITERIA}, "soft_preferences": []}
+    jsonschema.validate(answer, json.loads(prompt_file("verify.v1.schema.json").text))
+    error = cross_check(answer, Card.model_validate(data))
+    assert error is not None and "expected exactly the soft preferences ['use']" in error
 
 
 def test_verifier_declarations_need_two_distinct_verifiers(tmp_path):

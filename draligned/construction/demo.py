@@ -98,15 +98,8 @@ seeds = 1
 concurrency = 4
 archive = "archive"
 corpus = {json.dumps(str(corpus))}
-
-[budget]
-max_model_calls = 24
-max_tool_calls = 40
-
-[[models]]
-name = "sim-agent"
-protocol = "sim"
-model = "sim-agent-v1"
+budget = {{ max_model_calls = 24, max_tool_calls = 40 }}
+models = [{{ name = "sim-agent", protocol = "sim", model = "sim-agent-v1" }}]
 """, encoding="utf-8")
     return CardsDemoResult(out=str(out), proposed=proposed, verified=verified, pilot=pilot, review=review,
                            assignment=assignment, study=str(study))

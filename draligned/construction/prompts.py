@@ -119,7 +119,7 @@ def make_model(declaration: ModelDeclaration) -> ModelAPI:
     return model
 
 
-def structured(reply: ModelReply, schema: dict[str, Any]) -> tuple[Any, str | None]:
+def _structured(reply: ModelReply, schema: dict[str, Any]) -> tuple[Any, str | None]:
     """The reply's JSON answer under ``schema`` (no repair), or why not; a truncated, filtered or refused
     reply says so, since its text alone would only read as broken JSON."""
     data, error = schema_checked(reply.text, schema)
@@ -134,15 +134,16 @@ def simulated(declaration: ModelDeclaration) -> str:
     return f"{declaration.name} ({declaration.protocol}, model {declaration.model}{label})"
 
 
-async def ask(model: ModelAPI, prompt: str, seed: int, responses: Path) -> tuple[ModelReply, str]:
-    """One user message to ``model``; the raw reply is stored under ``responses`` before parsing.
+async def ask(model: ModelAPI, prompt: str, seed: int, responses: Path,
+              schema: PromptFile) -> tuple[Any, str | None, str]:
+    """One user message to ``model``; the raw reply is stored under ``responses`` before it is parsed.
 
-    Returns the reply and the sha256 of the stored raw response."""
+    Returns (answer, None) or (None, why it is unreadable), and the sha256 of the stored raw reply."""
     reply = await model.generate([Message(role="user", content=prompt)], [], seed)
     raw = reply.raw_response.encode("utf-8")
     sha = sha256_bytes(raw)
     write_once(responses / f"{sha}.txt", raw)
-    return reply, sha
+    return (*_structured(reply, json.loads(schema.text)), sha)
 
 
 def proposer_declaration(spec: str) -> ModelDeclaration:

@@ -39,7 +39,6 @@ from draligned.construction.prompts import (
     make_model,
     prompt_file,
     simulated,
-    structured,
 )
 from draligned.construction.store import card_bytes, save_card, today
 from draligned.hashing import sha256_bytes, sha256_text
@@ -185,8 +184,7 @@ async def _propose_pair(model: ModelAPI, declaration: ModelDeclaration, template
                         task: PdrTask, persona: PdrPersona, design: Design, out: Path) -> ProposalRecord:
     key = f"{task.language}_t{task.taskid}_{persona.userid}_{design}"
     prompt = render_prompt(template, task, persona, design)
-    reply, response_sha = await ask(model, prompt, int(sha256_text(key)[:8], 16), out / "responses")
-    answer, error = structured(reply, json.loads(schema.text))
+    answer, error, response_sha = await ask(model, prompt, int(sha256_text(key)[:8], 16), out / "responses", schema)
     record = ProposalRecord(pair=key, taskid=task.taskid, userid=persona.userid, model=declaration.name,
                             model_sha256=declaration.sha256, prompt=f"{template.name}@{template.sha256}",
                             schema_file=f"{schema.name}@{schema.sha256}", response_sha256=response_sha)

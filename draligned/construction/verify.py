@@ -28,20 +28,11 @@ from typing import Literal
 from draligned.archive.store import write_once
 from draligned.cards import Card, LoadedCard
 from draligned.cards.model import Outcome
-from draligned.construction.prompts import (
-    VERIFY_PROMPT,
-    VERIFY_SCHEMA,
-    PromptFile,
-    ask,
-    make_model,
-    prompt_file,
-    simulated,
-    structured,
-)
+from draligned.construction import prompts
 from draligned.construction.store import construction_cards, save_card, with_decision
 from draligned.hashing import sha256_text
 from draligned.models.base import ModelAPI, ModelDeclaration
-from draligned.records import ModelReply, Record
+from draligned.records import Record
 
 CRITERIA = ("H1", "H2", "H3", "H4", "H5")
 CRITERION_NAMES = {"H1": "faithful to source", "H2": "same core factor", "H3": "one factor changed (gate G2)",
@@ -142,7 +133,7 @@ def gate(verdicts: list[Verdict]) -> GateResult:
                       "with the design")
 
 
-def render_prompt(template: PromptFile, card: Card) -> str:
+def render_prompt(template: prompts.PromptFile, card: Card) -> str:
     """The verifier prompt for one card: task, profile, source persona lines, factors (P as SOURCE)."""
     blocks = []
     for f in card.factors:
@@ -154,29 +145,28 @@ def render_prompt(template: PromptFile, card: Card) -> str:
             .replace("{{source}}", card.source or "(not recorded)").replace("{{factors}}", "\n\n".join(blocks)))
 
 
-def read_verdict(reply: ModelReply, schema: dict, card: Card) -> tuple[dict | None, str | None]:
-    """Schema-checked answer plus the cross-check: one judgement per soft preference of the card."""
-    data, error = structured(reply, schema)
-    if error is not None:
-        return None, error
+def cross_check(data: dict, card: Card) -> str | None:
+    """What the schema cannot check: one judgement per soft preference of the card; None when it holds."""
     wanted = sorted(f.factor_id for f in card.factors if f.type == "preference")
     given = sorted(s["factor_id"] for s in data["soft_preferences"])
     if given != wanted:
-        return None, f"soft_preferences: expected exactly the soft preferences {wanted}, got {given}"
-    return data, None
+        return f"soft_preferences: expected exactly the soft preferences {wanted}, got {given}"
+    return None
 
 
 async def _verdict(model: ModelAPI, decl: ModelDeclaration, loaded: LoadedCard, out: Path) -> Verdict:
     path = out / "verifications" / loaded.card.card_id / f"{decl.name}.json"
     if path.exists():
         return Verdict.model_validate_json(path.read_bytes())
-    template, schema = prompt_file(VERIFY_PROMPT), prompt_file(VERIFY_SCHEMA)
-    prompt = render_prompt(template, loaded.card)
-    reply, response_sha = await ask(model, prompt, int(sha256_text(f"{decl.name}|{loaded.card.card_id}")[:8], 16),
-                                    out / "responses")
-    data, error = read_verdict(reply, json.loads(schema.text), loaded.card)
+    template, schema = prompts.prompt_file(prompts.VERIFY_PROMPT), prompts.prompt_file(prompts.VERIFY_SCHEMA)
+    seed = int(sha256_text(f"{decl.name}|{loaded.card.card_id}")[:8], 16)
+    data, error, response_sha = await prompts.ask(model, render_prompt(template, loaded.card), seed,
+                                                  out / "responses", schema)
+    if error is None and (error := cross_check(data, loaded.card)) is not None:
+        data = None
     verdict = Verdict(card_id=loaded.card.card_id, card_sha256=loaded.file_sha256, verifier=decl.name,
-                      model_sha256=decl.sha256, model=simulated(decl), prompt=f"{template.name}@{template.sha256}",
+                      model_sha256=decl.sha256, model=prompts.simulated(decl),
+                      prompt=f"{template.name}@{template.sha256}",
                       schema_file=f"{schema.name}@{schema.sha256}", response_sha256=response_sha, error=error,
                       **({"criteria": data["criteria"], "soft_preferences": data["soft_preferences"]} if data else {}))
     write_once(path, (json.dumps(verdict.model_dump(mode="json"), indent=1, ensure_ascii=False) + "\n").encode())
@@ -223,7 +213,7 @@ async def verify_dir(directory: str | Path, declarations: tuple[ModelDeclaration
             todo.append(loaded)
     if not todo:
         return summary
-    models = [make_model(d) for d in declarations]
+    models = [prompts.make_model(d) for d in declarations]
     sem = asyncio.Semaphore(concurrency)
 
     async def one(loaded: LoadedCard) -> None:
