@@ -24,7 +24,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (  # bottom first: (layer, its
     ("executors", ("draligned.executors",)),
     ("study · analysis · evaluator · cess on archives",
      ("draligned.study", "draligned.analysis", "draligned.evaluator", "draligned.cess.archive_runs",
-      "draligned.cess.pairs")),
+      "draligned.cess.pairs", "draligned.construction")),
     ("demo · report · runner",
      ("draligned.indexing", "draligned.guards", "draligned.runner", "draligned.workflow", "draligned.archive_summary",
       "draligned.demo")),

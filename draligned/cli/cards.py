@@ -1,4 +1,5 @@
-"""`draligned cards`: validate factor card files and export the card JSON Schema."""
+"""`draligned cards`: validate factor card files, export the card JSON Schema, and construct cards
+(the construction subcommands are in ``construction``)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from draligned.cards import (
     load_card,
     validate_loaded,
 )
+from draligned.cli import construction
 
 
 def card_paths(paths: list[str]) -> list[Path]:
@@ -66,7 +68,7 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the `cards` command with its `validate` and `schema` subcommands."""
-    cards = sub.add_parser("cards", help="validate factor cards and export their JSON Schema",
+    cards = sub.add_parser("cards", help="validate, export and construct factor cards",
                            description="Factor cards: one matched counterfactual task per JSON file.")
     cards_sub = cards.add_subparsers(dest="cards_command", required=True)
     validate = cards_sub.add_parser(
@@ -77,3 +79,4 @@ def register(sub: argparse._SubParsersAction) -> None:
     schema = cards_sub.add_parser("schema", help="export the card JSON Schema")
     schema.add_argument("--out", help=f"output file, e.g. factor_cards/{SCHEMA_FILE_NAME} (default or '-': print it)")
     schema.set_defaults(func=cmd_schema)
+    construction.register(cards_sub)

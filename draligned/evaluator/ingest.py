@@ -84,6 +84,24 @@ def _cross_check(data: dict[str, Any], manifest: Manifest) -> str | None:
     return None
 
 
+def schema_checked(text: str | None, schema: dict[str, Any]) -> tuple[Any, str | None]:
+    """(data, None) when ``text`` is one JSON value valid under ``schema``, else (None, why); no repair.
+
+    The structured-output path every LLM answer takes (evaluator reads, card construction)."""
+    if not text:
+        return None, "empty response"
+    try:
+        data = loads(text)
+    except JSONInputError as exc:
+        return None, f"malformed: {exc}"
+    try:
+        jsonschema.validate(data, schema)
+    except jsonschema.ValidationError as exc:
+        path = "/".join(str(p) for p in exc.absolute_path)
+        return None, f"schema: {path or '(root)'}: {exc.message}"
+    return data, None
+
+
 def ingest(text: str | None, manifest: Manifest, schema: dict[str, Any],
            finish_reason: str | None = "stop") -> Ingested:
     """Parse, schema-check and cross-check a complete response; restore sides with the manifest's
@@ -92,17 +110,9 @@ def ingest(text: str | None, manifest: Manifest, schema: dict[str, Any],
         return Ingested(ok=False, error="truncated: the reply hit the output cap (finish reason length)")
     if finish_reason not in ("stop", None):
         return Ingested(ok=False, error=f"incomplete: the reply ended with finish reason {finish_reason}")
-    if not text:
-        return Ingested(ok=False, error="empty response")
-    try:
-        data = loads(text)
-    except JSONInputError as exc:
-        return Ingested(ok=False, error=f"malformed: {exc}")
-    try:
-        jsonschema.validate(data, schema)
-    except jsonschema.ValidationError as exc:
-        path = "/".join(str(p) for p in exc.absolute_path)
-        return Ingested(ok=False, error=f"schema: {path or '(root)'}: {exc.message}")
+    data, error = schema_checked(text, schema)
+    if error is not None:
+        return Ingested(ok=False, error=error)
     if error := _cross_check(data, manifest):
         return Ingested(ok=False, error=error)
     if manifest.kind == "requests":

@@ -73,6 +73,17 @@ def _instrument_side(row: StateRow) -> str:
     return sides.get(row.decision.state, "UNKNOWN")
 
 
+def sheet_text(rows: list[dict[str, str]], fmt: Literal["jsonl", "csv"], columns: list[str]) -> str:
+    """A review sheet's text: CSV with a header of ``columns``, or one JSON object per line."""
+    if fmt == "jsonl":
+        return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=columns)
+    writer.writeheader()
+    writer.writerows(rows)
+    return buf.getvalue()
+
+
 def export_sheet(archive: Archive, evaluator_id: str, rows: list[StateRow], fmt: Literal["jsonl", "csv"] = "jsonl",
                  limit: int | None = None) -> tuple[str, str]:
     """(sheet text, sheet id) for the document rows given; the key is written under the archive."""
@@ -100,14 +111,7 @@ def export_sheet(archive: Archive, evaluator_id: str, rows: list[StateRow], fmt:
                       "reviewer": "", "answer": ""})
         key.append(KeyEntry(item_id=item_id, run_id=r.run_id, document=r.document, axis_id=r.axis_id,
                             alpha_is_p=alpha_p, instrument=_instrument_side(r)))
-    if fmt == "csv":
-        buf = io.StringIO()
-        writer = csv.DictWriter(buf, fieldnames=list(sheet[0]) if sheet else ["item_id"])
-        writer.writeheader()
-        writer.writerows(sheet)
-        text = buf.getvalue()
-    else:
-        text = "".join(json.dumps(s, ensure_ascii=False) + "\n" for s in sheet)
+    text = sheet_text(sheet, fmt, list(sheet[0]) if sheet else ["item_id"])
     sheet_id = sha256_text(text)[:16]
     body = json.dumps([k.model_dump(mode="json") for k in key], indent=1, ensure_ascii=False) + "\n"
     write_once(archive.root / "reviews" / evaluator_id / f"{sheet_id}.key.json", body.encode())
