@@ -8,6 +8,7 @@ import duckdb
 from draligned.archive import Archive
 from draligned.indexing import connect, rebuild
 from draligned.records import Record
+from draligned.tools.web.export import AcquisitionStats, acquisition_stats
 
 TOTALS = ("model_calls", "tool_calls", "input_tokens", "output_tokens", "reasoning_tokens",
           "cached_tokens", "cache_hits", "failed_attempts")
@@ -48,6 +49,8 @@ class ArchiveStats(Totals):
     """Blobs stored."""
     by_model: dict[str, Totals]
     """Totals per model declaration name, in name order."""
+    acquisition: AcquisitionStats
+    """Web searches and reads: live fetches vs store hits, failures by reason, bytes (zeros without web)."""
 
 
 def archive_stats(archive: Archive) -> ArchiveStats:
@@ -64,7 +67,7 @@ def archive_stats(archive: Archive) -> ArchiveStats:
         return archive_stats(archive)
     assert total is not None  # an aggregate without GROUP BY returns one row
     return ArchiveStats(**_totals(total).model_dump(), blobs=len(archive.blob_shas()),
-                        by_model={r[0]: _totals(r[1:]) for r in per_model})
+                        by_model={r[0]: _totals(r[1:]) for r in per_model}, acquisition=acquisition_stats(archive))
 
 
 def _totals(values: tuple) -> Totals:

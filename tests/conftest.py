@@ -56,6 +56,7 @@ def _skip_retry_waits(monkeypatch: pytest.MonkeyPatch) -> None:
         return None
 
     monkeypatch.setattr("draligned.models.retry.SLEEP", no_sleep)
+    monkeypatch.setattr("draligned.tools.web.wire.SLEEP", no_sleep)
 
 
 @pytest.fixture(autouse=True)

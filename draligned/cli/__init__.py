@@ -9,7 +9,7 @@ import sys
 from importlib.metadata import PackageNotFoundError, version
 
 # Each module defines ``register(subparsers)`` and sets ``func`` on its parsers.
-_COMMAND_MODULES = ("cards", "run", "archive", "evaluate", "cess", "report", "sandbox")
+_COMMAND_MODULES = ("cards", "run", "archive", "acquisition", "evaluate", "cess", "report", "sandbox")
 
 
 def package_version() -> str:

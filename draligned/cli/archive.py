@@ -11,6 +11,7 @@ from rich.table import Table
 
 from draligned.archive import Archive, ArchiveError
 from draligned.archive_summary import archive_stats, list_runs
+from draligned.cli.acquisition import print_acquisition
 from draligned.indexing import rebuild, verify
 
 
@@ -69,7 +70,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         print(json.dumps(data, sort_keys=True))
         return 0
     for k, v in data.items():
-        if k != "by_model":
+        if k not in ("by_model", "acquisition"):
             print(f"{k:>18}: {'-' if v is None else v}")
     table = Table(title="by model")
     cols = ("runs", "model_calls", "input_tokens", "output_tokens", "reasoning_tokens", "cached_tokens",
@@ -79,6 +80,9 @@ def cmd_stats(args: argparse.Namespace) -> int:
     for name, m in data["by_model"].items():
         table.add_row(name, *("-" if m[c] is None else str(m[c]) for c in cols))
     Console(width=160).print(table)
+    web = data["acquisition"]
+    if web["searches"] or web["reads"]:
+        print_acquisition(web)
     return 0
 
 
