@@ -9,12 +9,15 @@ import re
 import pytest
 
 from draligned.archive import Archive
+from draligned.cards import Card
 from draligned.cli import main
+from draligned.evaluator.config import load_evaluator
+from draligned.evaluator.storage import ReadStore
 from draligned.indexing import verify
 from draligned.records import FetchAttemptEvent
 from draligned.study import StudyError, load_study
-from draligned.workflow import run_study_file
-from tests.study_helpers import run, write_study
+from draligned.workflow import read_and_index, run_study_file
+from tests.study_helpers import REPO, run, write_study
 from tests.web_helpers import KEY_ENV, returns, tool_events, web_study
 from tests.web_servers import KEY, SEARCH_PATHS, PageServer, ProviderServer
 
@@ -228,3 +231,29 @@ def test_the_example_web_study_loads_without_network(repo, monkeypatch):
     assert {c.card.card_id for c in study.cards} == {"travel_budget_en", "learning_residence_zh",
                                                      "career_mobility_en", "car_insurance_2f_en"}
     assert len(study.slots("identity")) == 10  # 3 one-factor cards x 2 arms + 4 cells
+
+
+def test_packets_hold_no_tool_return_even_when_a_page_carries_an_endpoint_text(tmp_path, pages):
+    card = Card.model_validate_json((REPO / "factor_cards" / "travel_budget_en.json").read_text())
+    endpoint = card.factors[0].endpoints.P
+    marker = "Page-only sentence from a travel forum, never written by the agent."
+    html = f"<html><head><title>Forum</title></head><body><article><p>{endpoint}</p><p>{marker}</p>" \
+           f"<p>{' '.join(['Hostels and trains in Kyoto.'] * 30)}</p></article></body></html>"
+    pages.pages["/forum"] = (200, {"Content-Type": "text/html; charset=utf-8"}, html.encode())
+    with ProviderServer("tavily", pages, results=["/forum", "/kyoto-hostels"]) as provider:
+        result = run(web_study(tmp_path, "tavily", provider.url))
+    archive = result.archive
+    read_and_index(archive, load_evaluator(REPO / "evaluators" / "sim.toml"))
+    manifests = ReadStore(archive, "sim-lexical-v1").manifests()
+    assert manifests and not any(m.blocked for m in manifests)
+    records = {r.run_id: r for r in archive.records()}
+    forum_reads = [ev for r in records.values() for ev in tool_events(r, "read") if ev.request_text.endswith("/forum")]
+    assert forum_reads and endpoint in archive.get_text(forum_reads[0].return_blob)
+    for m in manifests:
+        prompt = archive.get_text(m.prompt_blob)
+        record = records[m.run_id]
+        own = "".join(archive.get_text(e.blob) for e in record.events if e.type in ("draft", "final"))
+        for ev in tool_events(record):
+            assert archive.get_text(ev.return_blob) not in prompt
+        assert marker not in prompt or marker in own  # only the agent's own text is read
+        assert "Snippet:" not in prompt

@@ -110,7 +110,3 @@ class AcquisitionStore:
         """A stored raw body, or None."""
         path = self._body_path(sha)
         return path.read_bytes() if path.exists() else None
-
-    def entries(self) -> list[StoreEntry]:
-        """Every entry, in key order."""
-        return [StoreEntry.model_validate_json(p.read_bytes()) for p in sorted(self.root.glob("entries/*/*.json"))]
