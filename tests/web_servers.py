@@ -85,7 +85,9 @@ _ZH = ["杭州的青年旅舍每晚大约八十到一百五十元，西湖附近
 def site_pages() -> dict[str, tuple[int, dict[str, str], bytes]]:
     """path -> (status, headers, body) of every page the page server knows."""
     html = "text/html"
-    big = _html("Enormous archive page", [f"Note {i}: " + "Kyoto budget travel notes. " * 40 for i in range(5000)]).encode()
+    notes = [f"Note {i}: " + "Kyoto budget travel notes. " * 40 for i in range(5000)]  # distinct: not deduplicated
+    big = _html("Enormous archive page", notes).encode()
+    long = _html("Long guide", [f"Section {i}: " + _EN[i % 3] for i in range(60)]).encode()
     return {
         "/kyoto-hostels": (200, {"Content-Type": f"{html}; charset=utf-8"},
                            _html("Kyoto hostels on a budget", _EN).encode()),
@@ -100,7 +102,7 @@ def site_pages() -> dict[str, tuple[int, dict[str, str], bytes]]:
         "/loop-a": (302, {"Location": "/loop-b"}, b""),
         "/loop-b": (302, {"Location": "/loop-a"}, b""),
         "/huge": (200, {"Content-Type": html}, big),
-        "/long": (200, {"Content-Type": html}, _html("Long guide", [f"Section {i}: " + _EN[i % 3] for i in range(60)]).encode()),
+        "/long": (200, {"Content-Type": html}, long),
         "/photo.png": (200, {"Content-Type": "image/png"}, b"\x89PNG\r\n\x1a\n" + b"\0" * 64),
         "/gone": (404, {"Content-Type": html}, b"<html><body>Not found</body></html>"),
         "/set-cookie": (302, {"Location": "/echo-cookie", "Set-Cookie": "session=abc; Path=/"}, b""),
