@@ -7,11 +7,11 @@ import asyncio
 import pytest
 
 from draligned.archive import Archive
-from draligned.hashing import canonical_json
+from draligned.hashing import canonical_json, sha256_bytes
 from draligned.tools.acquisition import AcquisitionTools, Fetched
 from draligned.tools.web.backend import RunWeb
 from draligned.tools.web.pagetext import decode
-from draligned.tools.web.store import normalise_url
+from draligned.tools.web.store import AcquisitionStore, StoreEntry, normalise_url
 from tests.web_helpers import KEY_ENV, study_web
 from tests.web_servers import KEY, PageServer, ProviderServer
 
@@ -199,3 +199,13 @@ def test_urls_are_keyed_normalised():
     assert normalise_url("HTTP://Example.COM:80/a?b=1#frag") == "http://example.com/a?b=1"
     assert normalise_url("https://example.com") == "https://example.com/"
     assert normalise_url("https://example.com:8443/x") == "https://example.com:8443/x"
+
+
+def test_the_first_writer_of_an_entry_wins(tmp_path):
+    store = AcquisitionStore(tmp_path, "read-write")
+    first = StoreEntry(key="ab" * 32, provider="brave", endpoint="e", request={"q": "x"}, reader="http",
+                       fetched_at="2026-01-01T00:00:00+00:00", error="http_404", message="first")
+    later = first.model_copy(update={"fetched_at": "2026-01-02T00:00:00+00:00", "message": "later"})
+    assert store.put(first, b"one") == first
+    assert store.put(later, b"two") == first and store.get(first.key) == first
+    assert store.body(sha256_bytes(b"two")) == b"two"  # bodies are content-addressed: both kept

@@ -16,9 +16,10 @@ from draligned.evaluator.storage import ReadStore
 from draligned.indexing import verify
 from draligned.records import FetchAttemptEvent
 from draligned.study import StudyError, load_study
-from draligned.workflow import read_and_index, run_study_file
+from draligned.workflow import make_report, read_and_index, run_study_file
+from tests.harness_helpers import needs_bwrap
 from tests.study_helpers import REPO, run, write_study
-from tests.web_helpers import KEY_ENV, returns, tool_events, web_study
+from tests.web_helpers import KEY_ENV, returns, search_table, tool_events, web_study
 from tests.web_servers import KEY, SEARCH_PATHS, PageServer, ProviderServer
 
 BACKENDS = [("tavily", "http"), ("tavily", "tavily"), ("exa", "http"), ("exa", "exa"), ("brave", "http"),
@@ -233,6 +234,7 @@ def test_the_example_web_study_loads_without_network(repo, monkeypatch):
     assert len(study.slots("identity")) == 10  # 3 one-factor cards x 2 arms + 4 cells
 
 
+@pytest.mark.slow
 def test_packets_hold_no_tool_return_even_when_a_page_carries_an_endpoint_text(tmp_path, pages):
     card = Card.model_validate_json((REPO / "factor_cards" / "travel_budget_en.json").read_text())
     endpoint = card.factors[0].endpoints.P
@@ -257,3 +259,21 @@ def test_packets_hold_no_tool_return_even_when_a_page_carries_an_endpoint_text(t
             assert archive.get_text(ev.return_blob) not in prompt
         assert marker not in prompt or marker in own  # only the agent's own text is read
         assert "Snippet:" not in prompt
+    plan = tmp_path / "plan.toml"  # mechanical provenance (Table 35) over web returns
+    plan.write_text(re.sub(r"studies = \[.*\]", 'studies = ["web"]', (REPO / "analysis" / "demo.toml").read_text()))
+    report = make_report(archive.root, plan, "sim-lexical-v1", tmp_path / "report")
+    rows = (report.tables / "provenance.csv").read_text().splitlines()
+    assert rows[1].split(",")[2:4] != ["0", "0"] and rows[1].split(",")[-1] == "2"  # linked, total; runs
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("harnesses", [pytest.param('["H-W", "H-D"]', marks=needs_bwrap)])
+def test_the_workspace_harnesses_search_and_read_the_web_too(tmp_path, pages, harnesses):
+    with ProviderServer("brave", pages) as provider:
+        study = write_study(tmp_path, ["travel_budget_en.json"], name="web",
+                            extra=f"harnesses = {harnesses}\n" + search_table("brave", provider.url))
+        result = run(study)
+    assert result.statuses == {"completed": 4}
+    for record in result.archive.records():
+        events = tool_events(record)
+        assert events and all(e.acquisition is not None for e in events)
