@@ -12,30 +12,23 @@ from draligned.tools.acquisition import AcquisitionTools, Fetched
 from draligned.tools.web.backend import RunWeb
 from draligned.tools.web.pagetext import decode
 from draligned.tools.web.store import AcquisitionStore, StoreEntry, normalise_url
-from tests.web_helpers import KEY_ENV, study_web
-from tests.web_servers import KEY, PageServer, ProviderServer
+from draligned.tools.web.wire import USER_AGENT
+from tests.web_helpers import study_web
+from tests.web_servers import PageServer, ProviderServer
 
 
 class _Caps:
     search_results, snippet_chars, read_chars = 6, 400, 6000
 
 
-@pytest.fixture(autouse=True)
-def _key(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(KEY_ENV, KEY)
+pytestmark = pytest.mark.usefixtures("web_key")
 
 
-@pytest.fixture
-def pages():
-    with PageServer() as server:
-        yield server
-
-
-def _read(tmp_path, pages: PageServer, path: str, **fields: object) -> Fetched:
+def _read(tmp_path, web_pages: PageServer, path: str, **fields: object) -> Fetched:
     async def go() -> Fetched:
         web = study_web("brave", "http://127.0.0.1:9", tmp_path / "store", **fields)
         try:
-            return await web.read(pages.url + path, Archive(tmp_path / "archive"))
+            return await web.read(web_pages.url + path, Archive(tmp_path / "archive"))
         finally:
             await web.aclose()
     return asyncio.run(go())
@@ -46,21 +39,21 @@ def _text(fetched: Fetched) -> str:
     return fetched.page.text
 
 
-def test_an_html_page_gives_its_main_text_without_the_navigation(tmp_path, pages):
-    fetched = _read(tmp_path, pages, "/kyoto-hostels")
+def test_an_html_page_gives_its_main_text_without_the_navigation(tmp_path, web_pages):
+    fetched = _read(tmp_path, web_pages, "/kyoto-hostels")
     assert "3,000 and 6,000 yen a night" in _text(fetched) and "Home | About" not in _text(fetched)
     assert fetched.page.title == "Kyoto hostels on a budget" and fetched.page.lang == "en"
     assert fetched.acquisition.live and fetched.acquisition.provider == "http"
 
 
-def test_a_gbk_page_without_a_charset_header_decodes(tmp_path, pages):
-    fetched = _read(tmp_path, pages, "/hangzhou-gbk")
+def test_a_gbk_page_without_a_charset_header_decodes(tmp_path, web_pages):
+    fetched = _read(tmp_path, web_pages, "/hangzhou-gbk")
     assert "杭州的青年旅舍每晚大约八十到一百五十元" in _text(fetched) and fetched.page.lang == "zh"
     assert fetched.page.title == "杭州旅行预算指南"
 
 
-def test_a_gb2312_page_mislabelled_iso_8859_1_decodes_by_its_meta(tmp_path, pages):
-    assert "龙井村的茶馆提供免费品茶" in _text(_read(tmp_path, pages, "/hangzhou-mislabelled"))
+def test_a_gb2312_page_mislabelled_iso_8859_1_decodes_by_its_meta(tmp_path, web_pages):
+    assert "龙井村的茶馆提供免费品茶" in _text(_read(tmp_path, web_pages, "/hangzhou-mislabelled"))
 
 
 def test_charsets_a_latin_1_page_stays_latin_1_and_gbk_without_any_declaration_is_detected():
@@ -72,15 +65,15 @@ def test_charsets_a_latin_1_page_stays_latin_1_and_gbk_without_any_declaration_i
     assert decode("\ufeffhello".encode("utf-8"), "gbk") == "hello"
 
 
-def test_a_pdf_gives_its_text(tmp_path, pages):
-    fetched = _read(tmp_path, pages, "/report.pdf")
+def test_a_pdf_gives_its_text(tmp_path, web_pages):
+    fetched = _read(tmp_path, web_pages, "/report.pdf")
     assert "Dormitory beds cost 3,000 yen a night." in _text(fetched)
     assert fetched.page.title == "Budget travel report"
 
 
-def test_a_redirect_chain_is_followed_and_each_hop_checked(tmp_path, pages):
-    assert "3,000 and 6,000 yen" in _text(_read(tmp_path, pages, "/old-link"))
-    assert [e["path"] for e in pages.log] == ["/old-link", "/moved-once", "/kyoto-hostels"]
+def test_a_redirect_chain_is_followed_and_each_hop_checked(tmp_path, web_pages):
+    assert "3,000 and 6,000 yen" in _text(_read(tmp_path, web_pages, "/old-link"))
+    assert [e["path"] for e in web_pages.log] == ["/old-link", "/moved-once", "/kyoto-hostels"]
 
 
 @pytest.mark.parametrize(("path", "fields", "code"), [
@@ -91,19 +84,19 @@ def test_a_redirect_chain_is_followed_and_each_hop_checked(tmp_path, pages):
     ("/photo.png", {}, "not_html"),
     ("/kyoto-hostels", {"allow_private_addresses": []}, "blocked_address"),
 ])
-def test_a_failing_read_is_a_named_tool_error(tmp_path, pages, path, fields, code):
-    fetched = _read(tmp_path, pages, path, **fields)
+def test_a_failing_read_is_a_named_tool_error(tmp_path, web_pages, path, fields, code):
+    fetched = _read(tmp_path, web_pages, path, **fields)
     assert fetched.page is None and fetched.error == code and fetched.message
     if code == "blocked_address":
-        assert pages.log == []  # refused before any connection
+        assert web_pages.log == []  # refused before any connection
 
 
 @pytest.mark.slow
-def test_a_5_mb_page_is_read_when_the_cap_allows_it(tmp_path, pages):
-    assert "Kyoto budget travel notes." in _text(_read(tmp_path, pages, "/huge", max_page_bytes=8_000_000))
+def test_a_5_mb_page_is_read_when_the_cap_allows_it(tmp_path, web_pages):
+    assert "Kyoto budget travel notes." in _text(_read(tmp_path, web_pages, "/huge", max_page_bytes=8_000_000))
 
 
-def test_only_http_and_https_urls_are_read(tmp_path, pages):
+def test_only_http_and_https_urls_are_read(tmp_path, web_pages):
     async def go() -> list[Fetched]:
         web = study_web("brave", "http://127.0.0.1:9", tmp_path / "store")
         archive = Archive(tmp_path / "archive")
@@ -114,21 +107,20 @@ def test_only_http_and_https_urls_are_read(tmp_path, pages):
     assert [f.error for f in asyncio.run(go())] == ["bad_url"] * 3
 
 
-def test_no_cookie_is_kept_or_sent_and_the_user_agent_is_fixed(tmp_path, pages):
-    assert _text(_read(tmp_path, pages, "/set-cookie")) == "echo"
-    assert all("Cookie" not in e["headers"] for e in pages.log)
-    assert {e["headers"]["User-Agent"] for e in pages.log} == {"draligned-reader/0.1 (+https://github.com/draligned; "
-                                                                "research agent evaluation)"}
+def test_no_cookie_is_kept_or_sent_and_the_user_agent_is_fixed(tmp_path, web_pages):
+    assert _text(_read(tmp_path, web_pages, "/set-cookie")) == "echo"
+    assert all("Cookie" not in e["headers"] for e in web_pages.log)
+    assert {e["headers"]["User-Agent"] for e in web_pages.log} == {USER_AGENT}
 
 
-def test_tool_returns_apply_the_contract_caps(tmp_path, pages):
+def test_tool_returns_apply_the_contract_caps(tmp_path, web_pages):
     async def go() -> tuple[str, str]:
-        with ProviderServer("searxng", pages, results=["/kyoto-hostels"] * 10) as provider:
+        with ProviderServer("searxng", web_pages, results=["/kyoto-hostels"] * 10) as provider:
             web = study_web("searxng", provider.url, tmp_path / "store")
             tools = AcquisitionTools(RunWeb(web, Archive(tmp_path / "archive")), _Caps())
             try:
                 found = await tools.search("kyoto budget")
-                read = await tools.read(pages.url + "/long")
+                read = await tools.read(web_pages.url + "/long")
             finally:
                 await web.aclose()
         return found.text, read.text
@@ -137,9 +129,9 @@ def test_tool_returns_apply_the_contract_caps(tmp_path, pages):
     assert len(read) == 6000
 
 
-def test_a_malformed_provider_reply_is_a_tool_error_with_its_raw_body_archived(tmp_path, pages):
+def test_a_malformed_provider_reply_is_a_tool_error_with_its_raw_body_archived(tmp_path, web_pages):
     async def go() -> Fetched:
-        with ProviderServer("tavily", pages, faults={"/search": {1: "malformed"}}) as provider:
+        with ProviderServer("tavily", web_pages, faults={"/search": {1: "malformed"}}) as provider:
             web = study_web("tavily", provider.url, tmp_path / "store")
             try:
                 return await web.search("kyoto", 6, Archive(tmp_path / "archive"))
@@ -150,10 +142,10 @@ def test_a_malformed_provider_reply_is_a_tool_error_with_its_raw_body_archived(t
     assert b"502 Bad Gateway (proxy)" in Archive(tmp_path / "archive").get_blob(fetched.acquisition.raw_blob)
 
 
-def test_a_provider_that_hangs_is_a_timeout_after_the_bounded_retries(tmp_path, pages):
+def test_a_provider_that_hangs_is_a_timeout_after_the_bounded_retries(tmp_path, web_pages):
     async def go() -> Fetched:
         faults = {"/res/v1/web/search": {1: "hang", 2: "hang"}}
-        with ProviderServer("brave", pages, faults=faults) as provider:
+        with ProviderServer("brave", web_pages, faults=faults) as provider:
             web = study_web("brave", provider.url, tmp_path / "store",
                             retry={"timeout_s": 0.3, "max_attempts": 2})
             try:
@@ -165,21 +157,21 @@ def test_a_provider_that_hangs_is_a_timeout_after_the_bounded_retries(tmp_path, 
 
 
 @pytest.mark.parametrize("kind", ["tavily", "exa"])
-def test_the_provider_reader_names_a_page_it_cannot_get(tmp_path, pages, kind):
+def test_the_provider_reader_names_a_page_it_cannot_get(tmp_path, web_pages, kind):
     async def go() -> Fetched:
-        with ProviderServer(kind, pages) as provider:
+        with ProviderServer(kind, web_pages) as provider:
             web = study_web(kind, provider.url, tmp_path / "store", reader=kind)
             try:
-                return await web.read(pages.url + "/gone", Archive(tmp_path / "archive"))
+                return await web.read(web_pages.url + "/gone", Archive(tmp_path / "archive"))
             finally:
                 await web.aclose()
     fetched = asyncio.run(go())
     assert fetched.page is None and fetched.error in ("http_404", "http_error") and fetched.acquisition.raw_blob
 
 
-def test_identical_requests_in_flight_share_one_provider_call(tmp_path, pages):
+def test_identical_requests_in_flight_share_one_provider_call(tmp_path, web_pages):
     async def go() -> list[Fetched]:
-        with ProviderServer("exa", pages) as provider:
+        with ProviderServer("exa", web_pages) as provider:
             web = study_web("exa", provider.url, tmp_path / "store")
             archive = Archive(tmp_path / "archive")
             try:
@@ -199,6 +191,7 @@ def test_urls_are_keyed_normalised():
     assert normalise_url("HTTP://Example.COM:80/a?b=1#frag") == "http://example.com/a?b=1"
     assert normalise_url("https://example.com") == "https://example.com/"
     assert normalise_url("https://example.com:8443/x") == "https://example.com:8443/x"
+    assert normalise_url("http://[::1]:8080/x") == "http://[::1]:8080/x"
 
 
 def test_the_first_writer_of_an_entry_wins(tmp_path):

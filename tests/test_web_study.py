@@ -26,15 +26,7 @@ BACKENDS = [("tavily", "http"), ("tavily", "tavily"), ("exa", "http"), ("exa", "
             ("searxng", "http")]
 
 
-@pytest.fixture(autouse=True)
-def _key(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(KEY_ENV, KEY)
-
-
-@pytest.fixture
-def pages():
-    with PageServer() as server:
-        yield server
+pytestmark = pytest.mark.usefixtures("web_key")
 
 
 def _by_arm(archive: Archive) -> dict[str, object]:
@@ -42,8 +34,8 @@ def _by_arm(archive: Archive) -> dict[str, object]:
 
 
 @pytest.mark.parametrize(("kind", "reader"), BACKENDS, ids=lambda v: str(v))
-def test_the_sim_agent_runs_over_each_backend_within_the_contract_caps(tmp_path, pages, kind, reader):
-    with ProviderServer(kind, pages) as provider:
+def test_the_sim_agent_runs_over_each_backend_within_the_contract_caps(tmp_path, web_pages, kind, reader):
+    with ProviderServer(kind, web_pages) as provider:
         result = run(web_study(tmp_path, kind, provider.url, reader))
     assert result.statuses == {"completed": 2}
     archive = result.archive
@@ -72,11 +64,11 @@ def test_the_sim_agent_runs_over_each_backend_within_the_contract_caps(tmp_path,
             assert archive.get_blob(a.raw_blob)  # the raw provider body is in the archive
     if reader != "http":
         assert provider.requests({"tavily": "/extract", "exa": "/contents"}[reader])
-        assert not pages.log  # the provider read the pages, not draligned
+        assert not web_pages.log  # the provider read the web_pages, not draligned
 
 
-def test_p_and_q_issuing_one_query_get_identical_return_blobs(tmp_path, pages):
-    with ProviderServer("tavily", pages) as provider:
+def test_p_and_q_issuing_one_query_get_identical_return_blobs(tmp_path, web_pages):
+    with ProviderServer("tavily", web_pages) as provider:
         result = run(web_study(tmp_path, "tavily", provider.url))
     arms = _by_arm(result.archive)
     p, q = (tool_events(arms[a]) for a in ("P", "Q"))
@@ -92,9 +84,9 @@ def test_p_and_q_issuing_one_query_get_identical_return_blobs(tmp_path, pages):
     assert len(queries) == len(set(queries))  # every distinct query went to the provider once
 
 
-def test_a_429_is_retried_honouring_retry_after_and_each_attempt_recorded(tmp_path, pages):
+def test_a_429_is_retried_honouring_retry_after_and_each_attempt_recorded(tmp_path, web_pages):
     faults = {"/search": {1: (429, {"Retry-After": "7"}), 2: (503, {})}}
-    with ProviderServer("tavily", pages, faults=faults) as provider:
+    with ProviderServer("tavily", web_pages, faults=faults) as provider:
         result = run(web_study(tmp_path, "tavily", provider.url))
     assert result.statuses == {"completed": 2}
     attempts = [e for r in result.archive.records() for e in r.events if isinstance(e, FetchAttemptEvent)]
@@ -108,9 +100,9 @@ def test_a_429_is_retried_honouring_retry_after_and_each_attempt_recorded(tmp_pa
                                                          for e in tool_events(r, "search")})
 
 
-def test_a_provider_that_keeps_failing_is_a_named_tool_error_not_a_crashed_run(tmp_path, pages):
+def test_a_provider_that_keeps_failing_is_a_named_tool_error_not_a_crashed_run(tmp_path, web_pages):
     faults = {"/search": {n: (500, {}) for n in range(1, 100)}}
-    with ProviderServer("tavily", pages, faults=faults) as provider:
+    with ProviderServer("tavily", web_pages, faults=faults) as provider:
         result = run(web_study(tmp_path, "tavily", provider.url))
     for record in result.archive.records():
         assert record.status != "failed" or "harness error" not in (record.status_reason or "")
@@ -121,14 +113,14 @@ def test_a_provider_that_keeps_failing_is_a_named_tool_error_not_a_crashed_run(t
     assert len(provider.requests("/search")) >= 3
 
 
-def test_read_only_replay_sends_nothing_and_returns_the_same_bytes(tmp_path, pages, monkeypatch):
-    with ProviderServer("brave", pages) as provider:
+def test_read_only_replay_sends_nothing_and_returns_the_same_bytes(tmp_path, web_pages, monkeypatch):
+    with ProviderServer("brave", web_pages) as provider:
         study = web_study(tmp_path, "brave", provider.url)
         first = run(study)
-        sent, fetched = len(provider.log), len(pages.log)
+        sent, fetched = len(provider.log), len(web_pages.log)
         monkeypatch.delenv(KEY_ENV)  # a replay needs no key
         replay = run_study_file(study, tmp_path / "new", acquisition_store=first.archive.root / "acquisition")
-        assert (len(provider.log), len(pages.log)) == (sent, fetched)  # zero requests
+        assert (len(provider.log), len(web_pages.log)) == (sent, fetched)  # zero requests
     old, new = _by_arm(first.archive), _by_arm(replay.archive)
     assert replay.statuses == {"completed": 2}
     for arm in ("P", "Q"):
@@ -137,19 +129,19 @@ def test_read_only_replay_sends_nothing_and_returns_the_same_bytes(tmp_path, pag
     assert verify(replay.archive) == []
 
 
-def test_a_read_only_miss_is_not_in_store_and_never_a_live_call(tmp_path, pages, monkeypatch):
-    with ProviderServer("exa", pages) as provider:
+def test_a_read_only_miss_is_not_in_store_and_never_a_live_call(tmp_path, web_pages, monkeypatch):
+    with ProviderServer("exa", web_pages) as provider:
         study = web_study(tmp_path, "exa", provider.url, extra='cache = "read-only"\n')
         monkeypatch.delenv(KEY_ENV)
         result = run(study)
-        assert provider.log == [] and pages.log == []
+        assert provider.log == [] and web_pages.log == []
     for record in result.archive.records():
         searches = tool_events(record, "search")
         assert searches and all(e.error == "not_in_store" and not e.acquisition.live for e in searches)
 
 
-def test_export_writes_a_corpus_that_an_offline_rerun_completes_on(tmp_path, pages, capsys):
-    with ProviderServer("searxng", pages) as provider:
+def test_export_writes_a_corpus_that_an_offline_rerun_completes_on(tmp_path, web_pages, capsys):
+    with ProviderServer("searxng", web_pages) as provider:
         live = run(web_study(tmp_path, "searxng", provider.url))
     out = tmp_path / "snap" / "corpus.jsonl"
     assert main(["acquisition", "export", str(live.archive.root), "--out", str(out)]) == 0
@@ -170,9 +162,9 @@ def test_export_writes_a_corpus_that_an_offline_rerun_completes_on(tmp_path, pag
     assert main(["acquisition", "export", str(live.archive.root), "--out", str(out)]) == 0  # same bytes: fine
 
 
-def test_acquisition_stats_and_archive_stats_report_the_web_figures(tmp_path, pages, capsys):
+def test_acquisition_stats_and_archive_stats_report_the_web_figures(tmp_path, web_pages, capsys):
     faults = {"/search": {1: (429, {"Retry-After": "1"})}}
-    with ProviderServer("tavily", pages, faults=faults) as provider:
+    with ProviderServer("tavily", web_pages, faults=faults) as provider:
         result = run(web_study(tmp_path, "tavily", provider.url))
     capsys.readouterr()
     assert main(["acquisition", "stats", str(result.archive.root), "--json"]) == 0
@@ -201,9 +193,9 @@ def test_bad_web_configuration_names_file_and_field(tmp_path, table, field):
         load_study(study)
 
 
-def test_a_missing_key_stops_the_study_before_any_run(tmp_path, pages, monkeypatch):
+def test_a_missing_key_stops_the_study_before_any_run(tmp_path, web_pages, monkeypatch):
     monkeypatch.delenv(KEY_ENV)
-    with ProviderServer("tavily", pages) as provider:
+    with ProviderServer("tavily", web_pages) as provider:
         study = web_study(tmp_path, "tavily", provider.url)
         with pytest.raises(StudyError, match=rf"{re.escape(str(study))}: field search.api_key_env: .*{KEY_ENV}"):
             run(study)
@@ -211,8 +203,8 @@ def test_a_missing_key_stops_the_study_before_any_run(tmp_path, pages, monkeypat
     assert not (tmp_path / "archive" / "runs").exists()
 
 
-def test_the_run_command_replays_with_acquisition_store_and_exits_2_on_bad_use(tmp_path, pages, capsys):
-    with ProviderServer("tavily", pages) as provider:
+def test_the_run_command_replays_with_acquisition_store_and_exits_2_on_bad_use(tmp_path, web_pages, capsys):
+    with ProviderServer("tavily", web_pages) as provider:
         study = web_study(tmp_path, "tavily", provider.url)
         assert main(["run", str(study)]) == 0
         n = len(provider.log)
@@ -235,14 +227,14 @@ def test_the_example_web_study_loads_without_network(repo, monkeypatch):
 
 
 @pytest.mark.slow
-def test_packets_hold_no_tool_return_even_when_a_page_carries_an_endpoint_text(tmp_path, pages):
+def test_packets_hold_no_tool_return_even_when_a_page_carries_an_endpoint_text(tmp_path, web_pages):
     card = Card.model_validate_json((REPO / "factor_cards" / "travel_budget_en.json").read_text())
     endpoint = card.factors[0].endpoints.P
     marker = "Page-only sentence from a travel forum, never written by the agent."
     html = f"<html><head><title>Forum</title></head><body><article><p>{endpoint}</p><p>{marker}</p>" \
            f"<p>{' '.join(['Hostels and trains in Kyoto.'] * 30)}</p></article></body></html>"
-    pages.pages["/forum"] = (200, {"Content-Type": "text/html; charset=utf-8"}, html.encode())
-    with ProviderServer("tavily", pages, results=["/forum", "/kyoto-hostels"]) as provider:
+    web_pages.pages["/forum"] = (200, {"Content-Type": "text/html; charset=utf-8"}, html.encode())
+    with ProviderServer("tavily", web_pages, results=["/forum", "/kyoto-hostels"]) as provider:
         result = run(web_study(tmp_path, "tavily", provider.url))
     archive = result.archive
     read_and_index(archive, load_evaluator(REPO / "evaluators" / "sim.toml"))
@@ -268,8 +260,8 @@ def test_packets_hold_no_tool_return_even_when_a_page_carries_an_endpoint_text(t
 
 @pytest.mark.slow
 @pytest.mark.parametrize("harnesses", [pytest.param('["H-W", "H-D"]', marks=needs_bwrap)])
-def test_the_workspace_harnesses_search_and_read_the_web_too(tmp_path, pages, harnesses):
-    with ProviderServer("brave", pages) as provider:
+def test_the_workspace_harnesses_search_and_read_the_web_too(tmp_path, web_pages, harnesses):
+    with ProviderServer("brave", web_pages) as provider:
         study = write_study(tmp_path, ["travel_budget_en.json"], name="web",
                             extra=f"harnesses = {harnesses}\n" + search_table("brave", provider.url))
         result = run(study)

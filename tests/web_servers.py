@@ -16,8 +16,9 @@
 
 Every search returns the site's pages that share a word with the query (all of them when none does),
 so the sim agent always has something to read. ``PageServer`` serves those pages: English HTML, a
-GBK page without a charset header, a GB2312 page mislabelled ISO-8859-1, a PDF, a redirect chain, a
-redirect loop, a 5 MB page, a 404 and a PNG. Faults are planned per endpoint by request number
+long page (60 paragraphs), a GBK page without a charset header, a GB2312 page mislabelled ISO-8859-1,
+a PDF, a redirect chain, a redirect loop, a redirect that sets a cookie (its target echoes any cookie
+sent back), a 5 MB page, a 404 and a PNG. Faults are planned per endpoint by request number
 (1-based): ``(status, headers)`` for an error status, ``"malformed"`` for a 200 that is not JSON,
 ``"hang"`` for an answer later than any test timeout. ``log`` keeps every request (path, headers, body).
 """

@@ -76,7 +76,8 @@ class StudyWeb:
         norm = normalise_url(url)
         if self.spec.reader == "http":
             request = {"url": norm, "max_page_bytes": self.spec.max_page_bytes,
-                       "max_redirects": self.spec.max_redirects}
+                       "max_redirects": self.spec.max_redirects,
+                       "allow_private_addresses": sorted(self.spec.allow_private_addresses)}
             reader = self.reader
             return _Request("http", norm, request, send=lambda: _need(reader).fetch(norm), parse=page_document,
                             request_id=lambda ex: None)

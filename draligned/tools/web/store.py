@@ -33,6 +33,7 @@ def normalise_url(url: str) -> str:
     """A URL as keyed: scheme and host lower-cased, default port and fragment dropped, empty path ``/``."""
     parts = urlsplit(url.strip())
     host = (parts.hostname or "").lower()
+    host = f"[{host}]" if ":" in host else host  # an IPv6 literal keeps its brackets
     if parts.port and (parts.scheme.lower(), parts.port) not in (("http", 80), ("https", 443)):
         host = f"{host}:{parts.port}"
     if parts.username:

@@ -28,7 +28,7 @@ from draligned.tools.search_spec import WebRetry
 #: The sleep between attempts; tests replace it to make waits instant (recorded waits are unchanged).
 SLEEP: Callable[[float], Awaitable[None]] = asyncio.sleep
 
-USER_AGENT = "draligned-reader/0.1 (+https://github.com/draligned; research agent evaluation)"
+USER_AGENT = "draligned-reader/0.1 (research agent evaluation; one fixed user agent)"
 """The one user agent every web request sends (providers' SDKs send their own to their APIs)."""
 
 
