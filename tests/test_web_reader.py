@@ -14,7 +14,7 @@ from draligned.tools.web.pagetext import decode
 from draligned.tools.web.store import AcquisitionStore, StoreEntry, normalise_url
 from draligned.tools.web.wire import USER_AGENT
 from tests.web_helpers import study_web
-from tests.web_servers import PageServer, ProviderServer
+from tests.web_servers import SEARCH_PATHS, PageServer, ProviderServer
 
 
 class _Caps:
@@ -63,6 +63,8 @@ def test_charsets_a_latin_1_page_stays_latin_1_and_gbk_without_any_declaration_i
     assert decode(zh.encode("gbk"), None) == zh
     assert decode(zh.encode("gbk"), "iso-8859-1") == zh
     assert decode("\ufeffhello".encode("utf-8"), "gbk") == "hello"
+    assert decode("杭州旅行预算".encode("gbk"), None) == "杭州旅行预算"  # too short for the detector
+    assert decode("naïve café".encode("cp1252"), None) == "naïve café"
 
 
 def test_a_pdf_gives_its_text(tmp_path, web_pages):
@@ -142,11 +144,12 @@ def test_a_malformed_provider_reply_is_a_tool_error_with_its_raw_body_archived(t
     assert b"502 Bad Gateway (proxy)" in Archive(tmp_path / "archive").get_blob(fetched.acquisition.raw_blob)
 
 
-def test_a_provider_that_hangs_is_a_timeout_after_the_bounded_retries(tmp_path, web_pages):
+@pytest.mark.parametrize("kind", ["tavily", "exa", "brave", "searxng"])
+def test_a_provider_that_hangs_is_a_timeout_after_the_bounded_retries(tmp_path, web_pages, kind):
     async def go() -> Fetched:
-        faults = {"/res/v1/web/search": {1: "hang", 2: "hang"}}
-        with ProviderServer("brave", web_pages, faults=faults) as provider:
-            web = study_web("brave", provider.url, tmp_path / "store",
+        faults = {SEARCH_PATHS[kind]: {1: "hang", 2: "hang"}}
+        with ProviderServer(kind, web_pages, faults=faults) as provider:
+            web = study_web(kind, provider.url, tmp_path / "store",
                             retry={"timeout_s": 0.3, "max_attempts": 2})
             try:
                 return await web.search("kyoto", 6, Archive(tmp_path / "archive"))

@@ -3,7 +3,9 @@
 Charsets: a byte-order mark wins; then a declared multi-byte charset (HTTP header, then ``<meta>``)
 that decodes cleanly; then UTF-8 if the bytes are valid UTF-8; otherwise the declared charset is
 checked against a detector (charset-normalizer), because Chinese pages are often served as GBK or
-GB2312 with no header, or with a wrong ``ISO-8859-1`` one: a detected CJK charset then wins. GBK and
+GB2312 with no header, or with a wrong ``ISO-8859-1`` one: a detected CJK charset then wins, and so
+does GB18030 when it decodes the bytes into mostly CJK text (a detector guesses badly on a few
+bytes). Otherwise the declared charset, or windows-1252 (HTML's default) when none is declared. GBK and
 GB2312 are decoded as GB18030 (their superset), so characters outside GB2312 survive.
 """
 
@@ -70,7 +72,15 @@ def decode(body: bytes, header_charset: str | None) -> str:
     detected = _detected(body)
     if detected in _CJK_CODECS and (text := _strict(body, detected)) is not None:
         return text
-    return body.decode(declared[0] if declared else detected or "utf-8", "replace")
+    if (text := _strict(body, "gb18030")) is not None and _mostly_cjk(text):  # short pages defeat detection
+        return text
+    return body.decode(declared[0] if declared else "cp1252", "replace")  # HTML's default when undeclared
+
+
+def _mostly_cjk(text: str) -> bool:
+    """True when at least 60% of the non-ASCII characters are CJK (Western text mis-read as GB18030 is not)."""
+    wide = [c for c in text if ord(c) > 127]
+    return bool(wide) and len(_CJK_RE.findall(text)) >= 0.6 * len(wide)
 
 
 def _lang(text: str) -> Literal["en", "zh"]:
