@@ -269,3 +269,15 @@ def test_the_workspace_harnesses_search_and_read_the_web_too(tmp_path, web_pages
     for record in result.archive.records():
         events = tool_events(record)
         assert events and all(e.acquisition is not None for e in events)
+
+
+def test_the_acquisition_commands_exit_2_naming_what_is_wrong(tmp_path, capsys):
+    (tmp_path / "c").mkdir()
+    corpus_run = run(write_study(tmp_path / "c", ["travel_budget_en.json"]))
+    capsys.readouterr()
+    assert main(["acquisition", "export", str(corpus_run.archive.root), "--out", str(tmp_path / "x.jsonl")]) == 2
+    assert "no web search hit or page read to export" in capsys.readouterr().err
+    assert main(["acquisition", "stats", str(tmp_path / "nowhere")]) == 2
+    assert "not an archive" in capsys.readouterr().err
+    assert main(["acquisition", "stats", str(corpus_run.archive.root), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["searches"] == 0  # corpus returns are not web acquisitions
