@@ -18,6 +18,7 @@ from draligned.records import (
     SnapshotEvent,
     ToolCallEvent,
 )
+from draligned.tools.web.export import AcquisitionStats, acquisition_stats
 
 TOTALS = ("model_calls", "tool_calls", "input_tokens", "output_tokens", "reasoning_tokens",
           "cached_tokens", "cache_hits", "failed_attempts")
@@ -79,6 +80,8 @@ class ArchiveStats(Totals):
     """Totals per model declaration name, in name order."""
     gateways: dict[str, GatewayTotals] = Field(default_factory=dict)
     """Per model declaration name whose calls went through a gateway: what the gateway reported."""
+    acquisition: AcquisitionStats
+    """Web searches and reads: live fetches vs store hits, failures by reason, bytes (zeros without web)."""
 
 
 def archive_stats(archive: Archive) -> ArchiveStats:
@@ -102,7 +105,8 @@ def archive_stats(archive: Archive) -> ArchiveStats:
     return ArchiveStats(**_totals(total).model_dump(), blobs=len(archive.blob_shas()),
                         by_model={r[0]: _totals(r[1:]) for r in per_model},
                         gateways={r[0]: GatewayTotals(**dict(zip(names, _gateway_values(r[1:]), strict=True)))
-                                  for r in gateways})
+                                  for r in gateways},
+                        acquisition=acquisition_stats(archive))
 
 
 def _gateway_values(values: tuple) -> tuple:

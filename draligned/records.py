@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, TypedDict
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from draligned.hashing import sha256_json
 
@@ -233,6 +233,26 @@ class ModelAttemptEvent(RunEvent):
         return EventColumns(role=self.role, code=self.attempt.error, error=self.attempt.detail)
 
 
+class FetchAttemptEvent(RunEvent):
+    """A failed attempt at a web provider call (search, extract or page fetch), recorded before the tool call
+    it belongs to, like a model attempt."""
+
+    type: Literal["fetch_attempt"] = "fetch_attempt"
+    """The event type, which tells the events of a record apart."""
+    role: str = "executor"
+    """Which context made the tool call."""
+    tool: str
+    """search or read."""
+    attempt: ModelAttempt
+    """What happened on this attempt (``error`` is the tool-error code, e.g. rate_limited)."""
+
+    def blob_refs(self) -> list[tuple[str, str]]:
+        return []
+
+    def index_columns(self) -> EventColumns:
+        return EventColumns(role=self.role, tool=self.tool, code=self.attempt.error, error=self.attempt.detail)
+
+
 class ModelCallEvent(RunEvent):
     """A model call made by the executor."""
 
@@ -285,6 +305,30 @@ class ModelCallEvent(RunEvent):
                             latency_s=self.latency_s)
 
 
+class Acquisition(Record, frozen=True):
+    """Where a web ``search``/``read`` return came from: the acquisition store entry and the provider call
+    behind it (web backends only; corpus and pool returns have none)."""
+
+    store_key: str
+    """sha256 key of the acquisition store entry (provider, endpoint, normalised query or URL, options, reader)."""
+    live: bool
+    """True when this call fetched from the provider; False when it was served by the store (or by an
+    identical request in flight)."""
+    provider: str
+    """Backend that answered (tavily, brave, searxng, exa) or ``http`` for the http reader."""
+    endpoint: str
+    """What was called: the provider endpoint URL (search, extract, contents) or the page URL fetched."""
+    fetched_at: str | None = None
+    """UTC ISO time at which the provider answered (the entry's time for a store hit; None: nothing fetched)."""
+    request_id: str | None = None
+    """The provider's request id, when its reply carries one."""
+    raw_blob: str | None = None
+    """sha256 of the raw provider body as received (archived before anything is interpreted)."""
+    entry_blob: str | None = None
+    """sha256 of the store entry (request, outcome: hits, page text or named failure) as canonical JSON,
+    so an archive alone can be exported as a corpus."""
+
+
 class ToolCallEvent(RunEvent):
     """A tool call executed (or refused) by the harness."""
 
@@ -306,9 +350,22 @@ class ToolCallEvent(RunEvent):
     """Length of the return text in characters."""
     error: str | None = None
     """Set when the tool returned an error to the agent (malformed arguments, unknown URL, ...)."""
+    acquisition: Acquisition | None = None
+    """Web backends: the store entry and provider call behind the return (omitted when None, so records
+    written before web acquisition serialise and hash as they did)."""
+
+    @model_serializer(mode="wrap")
+    def _omit_no_acquisition(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        if data.get("acquisition", 0) is None:
+            del data["acquisition"]
+        return data
 
     def blob_refs(self) -> list[tuple[str, str]]:
-        return [(self.arguments_blob, "tool_arguments"), (self.return_blob, "tool_return")]
+        a = self.acquisition
+        web = [(sha, kind) for sha, kind in ((a.raw_blob, "acquisition_body"), (a.entry_blob, "acquisition_entry"))
+               if sha] if a else []
+        return [(self.arguments_blob, "tool_arguments"), (self.return_blob, "tool_return"), *web]
 
     def index_columns(self) -> EventColumns:
         return EventColumns(role=self.role, tool=self.tool, request_text=self.request_text,
@@ -482,7 +539,7 @@ class PoolRoundEvent(RunEvent):
 
 Event = Annotated[
     ModelCallEvent | ModelAttemptEvent | ToolCallEvent | DraftEvent | FinalEvent | NoticeEvent
-    | PoolRoundEvent | SnapshotEvent | DelegateEvent,
+    | PoolRoundEvent | SnapshotEvent | DelegateEvent | FetchAttemptEvent,
     Field(discriminator="type"),
 ]
 

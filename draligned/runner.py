@@ -34,6 +34,7 @@ from draligned.records import FINISHED, ModelAttemptEvent, ModelCallEvent, RunRe
 from draligned.sandbox import WORKSPACE_OWNER, SandboxUnavailable, remove_stale_workspaces, require_sandbox
 from draligned.study import Study, StudyError
 from draligned.tools.pool_search import StudySearch, open_search
+from draligned.tools.web import WebConfigError
 
 LOCK_NAME = ".run.lock"
 
@@ -136,11 +137,22 @@ async def run_study(study: Study, progress: ProgressCallback | None = None, veri
     """Run every unfinished slot of ``study`` with bounded concurrency, telling ``progress`` how far it is;
     ``verify`` False skips checking the run records' hashes first (``--no-verify``)."""
     archive = Archive(study.archive_root)
+    spec = study.spec.search
     try:
-        search = open_search(study.spec.search, study.corpus_path, study.pool_paths)
-    except ValueError as exc:  # CorpusError, PoolFileError, unscored pools
-        where = "corpus" if study.spec.search.backend == "corpus" else "search.pools"
+        search = open_search(spec, study.corpus_path, study.pool_paths, study.acquisition_root)
+    except ValueError as exc:  # CorpusError, PoolFileError, unscored pools, WebConfigError (missing key, SDK)
+        where = "corpus" if spec.backend == "corpus" else "search.pools"
+        if isinstance(exc, WebConfigError):
+            where = f"search.{exc.field}"
         raise StudyError(f"{study.path}: field {where}: {exc}") from exc
+    try:
+        return await _run_with(study, archive, search, progress, verify)
+    finally:
+        await search.aclose()
+
+
+async def _run_with(study: Study, archive: Archive, search: StudySearch,
+                    progress: ProgressCallback | None, verify: bool) -> StudyResult:
     slots = study.slots(search.sha256)
     todo, _ = plan_resume(archive, slots)  # what the checks below prepare for; planned again under the lock
     sandboxed = sorted({s.harness for s in todo if executor_for(s.harness).needs_sandbox})

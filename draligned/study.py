@@ -25,7 +25,7 @@ from draligned.models.base import PROTOCOLS
 from draligned.models.options import OPTIONS, options_problem
 from draligned.records import Record, Slot
 from draligned.strict_json import JSONInputError, check_depth
-from draligned.tools.pool_search import SearchSpec
+from draligned.tools.search_spec import SearchSpec
 
 
 class StudyError(Exception):
@@ -237,6 +237,12 @@ class Study(Record, arbitrary_types_allowed=True):
     def cache_root(self) -> Path:
         """Where the replay cache lives."""
         return self.path.parent / self.spec.cache_dir if self.spec.cache_dir else self.archive_root / "cache"
+
+    @property
+    def acquisition_root(self) -> Path:
+        """Where the web acquisition store lives (web backends)."""
+        store = self.spec.search.store_dir
+        return self.path.parent / store if store else self.archive_root / "acquisition"
 
     def slots(self, search_sha256: str) -> list[Slot]:
         """Every slot, in a deterministic order (card, seed, model, harness, search cell, arm)."""

@@ -72,9 +72,12 @@ def _sigterm_as_interrupt() -> Iterator[list[int]]:
 
 def run_study_file(path: str | Path, archive: str | Path | None = None, cache: CacheMode | None = None,
                    cache_dir: str | Path | None = None, progress: ProgressCallback | None = None,
-                   verify: bool = True) -> StudyResult:
-    """Load a study (``archive``, ``cache`` and ``cache_dir`` override its fields) and run it (``verify``
-    False skips checking the archive's run records first).
+                   verify: bool = True, acquisition: CacheMode | None = None,
+                   acquisition_store: str | Path | None = None) -> StudyResult:
+    """Load a study (``archive``, ``cache`` and ``cache_dir`` override its fields; ``acquisition`` and
+    ``acquisition_store`` its ``[search]`` store mode and directory) and run it (``verify`` False skips
+    checking the archive's run records first). A store named without a mode is replayed read-only: another
+    archive's store is read, never written.
 
     Raises one of STUDY_ERRORS, or StudyInterrupted on Ctrl-C or SIGTERM.
     """
@@ -83,6 +86,14 @@ def run_study_file(path: str | Path, archive: str | Path | None = None, cache: C
         study.spec.cache = cache
     if cache_dir:
         study.spec.cache_dir = str(Path(cache_dir).resolve())
+    if (acquisition or acquisition_store) and not study.spec.search.is_web:
+        raise StudyError(f"{study.path}: field search.backend: --acquisition and --acquisition-store apply to the "
+                         f"web backends only, not {study.spec.search.backend!r}")
+    if acquisition_store:
+        study.spec.search.store_dir = str(Path(acquisition_store).resolve())
+        study.spec.search.cache = acquisition or "read-only"
+    elif acquisition:
+        study.spec.search.cache = acquisition
     with _sigterm_as_interrupt() as terminated:
         try:
             return asyncio.run(run_study(study, progress, verify))

@@ -7,12 +7,17 @@ import io
 import ipaddress
 import shutil
 import socket
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from draligned.cli import main
+
+if TYPE_CHECKING:
+    from tests.web_servers import PageServer
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -46,6 +51,24 @@ def _no_network(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
+def web_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The web backends' test key in the variable the web test studies name."""
+    from tests.web_helpers import KEY_ENV
+    from tests.web_servers import KEY
+
+    monkeypatch.setenv(KEY_ENV, KEY)
+
+
+@pytest.fixture
+def web_pages() -> Iterator[PageServer]:
+    """The loopback page server the web providers' results point to."""
+    from tests.web_servers import PageServer
+
+    with PageServer() as server:
+        yield server
+
+
+@pytest.fixture
 def repo() -> Path:
     """The checkout root (cards, contracts, corpora live here)."""
     return REPO
@@ -56,6 +79,7 @@ def _skip_retry_waits(monkeypatch: pytest.MonkeyPatch) -> None:
         return None
 
     monkeypatch.setattr("draligned.models.retry.SLEEP", no_sleep)
+    monkeypatch.setattr("draligned.tools.web.wire.SLEEP", no_sleep)
 
 
 @pytest.fixture(autouse=True)

@@ -9,9 +9,11 @@ import pytest
 from draligned.archive import Archive
 from draligned.archive.runs import event_rows, run_tables
 from draligned.records import (
+    Acquisition,
     DelegateEvent,
     DraftEvent,
     Event,
+    FetchAttemptEvent,
     FinalEvent,
     ModelAttempt,
     ModelAttemptEvent,
@@ -71,6 +73,14 @@ ONE_OF_EACH: list[tuple[Event, tuple]] = [  # (event, its expected events row af
     (PoolRoundEvent(event_id="e0010", round=2, query="q2", pool_blob="po", budget=3, wish_stop=True, stop_prob=0.75,
                     u_stop=0.1),
      (None, None, "q2", None, None, None, None, None, None, None, None, None, None, None)),
+    (FetchAttemptEvent(event_id="e0011", tool="search", attempt=ModelAttempt(attempt=1, error="rate_limited",
+                                                                              status_code=429, detail="HTTP 429")),
+     ("executor", "search", None, None, None, None, "HTTP 429", "rate_limited", None, None, None, None, None, None)),
+    (ToolCallEvent(event_id="e0012", call_id="c2", tool="read", request_text="https://a.example/", arguments_blob="ar",
+                   return_blob="rt2", return_chars=7, acquisition=Acquisition(
+                       store_key="k", live=True, provider="http", endpoint="https://a.example/",
+                       fetched_at="t", raw_blob="wb", entry_blob="we")),
+     ("executor", "read", "https://a.example/", "rt2", 7, None, None, None, None, None, None, None, None, None)),
 ]
 
 BLOBS = [("st", "study"), ("ca", "card"), ("co", "contract"), ("sp", "system_prompt"), ("um", "user_message"),
@@ -78,7 +88,18 @@ BLOBS = [("st", "study"), ("ca", "card"), ("co", "contract"), ("sp", "system_pro
          ("rt", "tool_return"), ("dr", "draft"), ("fi", "final"), ("mf", "snapshot_manifest"),
          ("wa", "workspace_file"), ("as1", "worker_assignment"), ("tr1", "worker_transcript"),
          ("re1", "worker_reply"), ("as2", "worker_assignment"), ("tr2", "worker_transcript"), ("po", "pool"),
-         ("pr", "pool_probs"), ("po", "pool")]
+         ("pr", "pool_probs"), ("po", "pool"), ("ar", "tool_arguments"), ("rt2", "tool_return"),
+         ("wb", "acquisition_body"), ("we", "acquisition_entry")]
+
+
+def test_a_tool_event_without_acquisition_serialises_as_before_web_acquisition():
+    ev = ToolCallEvent(event_id="e0001", call_id="c", tool="search", arguments_blob="a", return_blob="r",
+                       return_chars=1)
+    assert "acquisition" not in ev.model_dump(mode="json")
+    assert ToolCallEvent.model_validate(ev.model_dump(mode="json")) == ev
+    web = ev.model_copy(update={"acquisition": Acquisition(store_key="k", live=False, provider="tavily",
+                                                           endpoint="e")})
+    assert ToolCallEvent.model_validate(web.model_dump(mode="json")) == web
 
 
 def _record() -> RunRecord:
@@ -100,6 +121,6 @@ def test_artifacts_rows_are_the_distinct_blob_refs_with_their_sizes(tmp_path):
     archive = Archive(tmp_path)
     sha = archive.put_blob("a draft")
     record = _record()
-    record.events.append(DraftEvent(event_id="e0011", version=3, blob=sha, chars=7, tool_event="e0003"))
+    record.events.append(DraftEvent(event_id="e0013", version=3, blob=sha, chars=7, tool_event="e0003"))
     rows = run_tables(archive, [record])["artifacts"]
     assert rows == sorted({(s, kind, "r1", None) for s, kind in BLOBS} | {(sha, "draft", "r1", 7)})

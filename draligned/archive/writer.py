@@ -11,10 +11,12 @@ from typing import Any
 
 from draligned.archive.store import Archive
 from draligned.records import (
+    Acquisition,
     Counters,
     DelegateEvent,
     DeliveredBy,
     DraftEvent,
+    FetchAttemptEvent,
     FinalEvent,
     ModelAttempt,
     ModelAttemptEvent,
@@ -85,11 +87,17 @@ class RunWriter:
         return ev
 
     def tool_call(self, call: ToolCall, text: str, error: str | None, request_text: str | None,
-                  role: str = "executor") -> ToolCallEvent:
+                  role: str = "executor", acquisition: Acquisition | None = None,
+                  attempts: tuple[ModelAttempt, ...] = ()) -> ToolCallEvent:
+        """Record a tool call, after the failed provider attempts behind it (web backends)."""
+        for a in attempts:
+            self.record.events.append(FetchAttemptEvent(event_id=self._event_id(), role=role, tool=call.name,
+                                                        attempt=a))
         ev = ToolCallEvent(
             event_id=self._event_id(), role=role, call_id=call.id, tool=call.name,
             request_text=request_text, arguments_blob=self.archive.put_blob(call.raw_arguments),
             return_blob=self.archive.put_blob(text), return_chars=len(text), error=error,
+            acquisition=acquisition,
         )
         self.record.counters.tool_calls += 1
         self.record.events.append(ev)

@@ -11,7 +11,7 @@ from importlib.metadata import PackageNotFoundError, version
 from draligned.guards import REFUSALS
 
 # Each module defines ``register(subparsers)`` and sets ``func`` on its parsers.
-_COMMAND_MODULES = ("cards", "run", "archive", "evaluate", "cess", "report", "sandbox")
+_COMMAND_MODULES = ("cards", "run", "archive", "acquisition", "evaluate", "cess", "report", "sandbox")
 
 
 def package_version() -> str:

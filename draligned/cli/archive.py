@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from draligned.archive_summary import archive_stats, list_runs, run_text
+from draligned.cli.acquisition import print_acquisition
 from draligned.guards import open_archive
 from draligned.indexing import rebuild, verify
 
@@ -67,7 +68,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         print(json.dumps(data, sort_keys=True))
         return 0
     for k, v in data.items():
-        if k not in ("by_model", "gateways"):
+        if k not in ("by_model", "gateways", "acquisition"):
             print(f"{k:>18}: {'-' if v is None else v}")
     table = Table(title="by model")
     cols = ("runs", "model_calls", "input_tokens", "output_tokens", "reasoning_tokens", "cached_tokens",
@@ -87,6 +88,9 @@ def cmd_stats(args: argparse.Namespace) -> int:
             gw.add_row(name, *("-" if g[c] is None else ", ".join(g[c]) if isinstance(g[c], list) else str(g[c])
                                for c in gcols))
         Console(width=200).print(gw)
+    web = data["acquisition"]
+    if web["searches"] or web["reads"]:
+        print_acquisition(web)
     return 0
 
 

@@ -40,6 +40,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-verify", action="store_true",
                    help="do not check the archive's run records first (a damaged record would pass for a "
                         "finished slot)")
+    p.add_argument("--acquisition", choices=CACHE_MODES,
+                   help="web backends: acquisition store mode (overrides [search] cache)")
+    p.add_argument("--acquisition-store", help="web backends: the acquisition store to use (default "
+                                               "ARCHIVE/acquisition); another archive's store is replayed "
+                                               "read-only unless --acquisition says otherwise")
     p.set_defaults(func=cmd_run)
     d = sub.add_parser("demo", help="run the bundled offline demo study with the simulated agent")
     d.add_argument("--out", required=True, help="output directory; the archive goes to OUT/archive")
@@ -120,7 +125,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     with _progress_bars(console) as bars:
         code, result = _guarded(console, lambda: run_study_file(
-            Path(args.study), args.archive, args.cache, args.cache_dir, bars, verify=not args.no_verify))
+            Path(args.study), args.archive, args.cache, args.cache_dir, bars, verify=not args.no_verify,
+            acquisition=args.acquisition, acquisition_store=args.acquisition_store))
     if result is None:
         return code
     _summary(result)

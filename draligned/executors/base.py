@@ -22,9 +22,20 @@ from pydantic import SerializerFunctionWrapHandler, model_serializer
 from draligned.archive.writer import RunWriter
 from draligned.harness import LoadedContract
 from draligned.models import ModelAPI, ModelError
-from draligned.records import Message, ModelReply, Record, RunRecord, RunStatus, ToolCall, ToolCallEvent, ToolSpec
+from draligned.records import (
+    Acquisition,
+    Message,
+    ModelAttempt,
+    ModelReply,
+    Record,
+    RunRecord,
+    RunStatus,
+    ToolCall,
+    ToolCallEvent,
+    ToolSpec,
+)
 from draligned.sandbox import redact_host_paths
-from draligned.tools.acquisition import AcquisitionTools, SearchBackend
+from draligned.tools.acquisition import AcquisitionTools, Backend
 from draligned.tools.errors import ToolError
 
 
@@ -115,7 +126,7 @@ class Executor(Protocol):
     needs_sandbox: ClassVar[bool]
     """True when the harness runs a shell, so a study using it refuses to start without a sandbox."""
 
-    def __init__(self, setup: RunSetup, backend: SearchBackend) -> None: ...
+    def __init__(self, setup: RunSetup, backend: Backend) -> None: ...
 
     async def run(self) -> RunRecord:
         """Run the run to its end (completed, failed or budget_exhausted) and return the written record."""
@@ -134,6 +145,10 @@ class ToolOutcome:
     final_by: Literal["submit_report", "submit_file"] = "submit_report"
     stop: BudgetSpent | None = None
     """Set when the shared ledger was spent inside the tool (H-D workers): the context stops."""
+    acquisition: Acquisition | None = None
+    """Web backends: the store entry and provider call behind a search/read return."""
+    attempts: tuple[ModelAttempt, ...] = ()
+    """Web backends: the failed provider attempts behind it, recorded before the tool call."""
 
 
 @dataclass(frozen=True)
@@ -160,12 +175,14 @@ Handler = Callable[[dict], Awaitable[ToolOutcome]]
 def acquisition_handlers(acquisition: AcquisitionTools) -> dict[str, Handler]:
     """The search and read handlers every harness offers (the query or URL is the request text)."""
     async def search(args: dict) -> ToolOutcome:
-        r = acquisition.search(args["query"])
-        return ToolOutcome(r.text, r.error, request_text=args["query"])
+        r = await acquisition.search(args["query"])
+        return ToolOutcome(r.text, r.error, request_text=args["query"], acquisition=r.acquisition,
+                           attempts=r.attempts)
 
     async def read(args: dict) -> ToolOutcome:
-        r = acquisition.read(args["url"])
-        return ToolOutcome(r.text, r.error, request_text=args["url"])
+        r = await acquisition.read(args["url"])
+        return ToolOutcome(r.text, r.error, request_text=args["url"], acquisition=r.acquisition,
+                           attempts=r.attempts)
 
     return {"search": search, "read": read}
 
@@ -268,7 +285,8 @@ class Loop:
                                       error=ToolError.INVALID_ARGUMENTS)
             else:
                 outcome = await self.handlers[call.name](call.arguments)
-        ev = self.writer.tool_call(call, outcome.text, outcome.error, outcome.request_text, self.role)
+        ev = self.writer.tool_call(call, outcome.text, outcome.error, outcome.request_text, self.role,
+                                   outcome.acquisition, outcome.attempts)
         if outcome.draft is not None:
             self.writer.draft(outcome.draft, ev.event_id)
         if self.after_tool is not None:

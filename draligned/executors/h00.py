@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from draligned.executors.base import Executor, Loop, RunSetup, ToolOutcome, acquisition_handlers, harness_error
 from draligned.records import Message, RunRecord
-from draligned.tools.acquisition import AcquisitionTools, SearchBackend
+from draligned.tools.acquisition import AcquisitionTools, Backend
 
 
 class H00Executor(Executor):
@@ -12,7 +12,7 @@ class H00Executor(Executor):
 
     needs_sandbox = False
 
-    def __init__(self, setup: RunSetup, backend: SearchBackend) -> None:
+    def __init__(self, setup: RunSetup, backend: Backend) -> None:
         self.setup = setup
         limits = setup.contract.contract.limits
         self.acquisition = AcquisitionTools(backend, limits)

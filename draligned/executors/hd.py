@@ -21,7 +21,7 @@ from draligned.executors.hw import HWExecutor, Snapshotter, WorkspaceTools, refu
 from draligned.harness import ContractError
 from draligned.records import Message, ToolCallEvent, WorkerRun
 from draligned.sandbox import new_workspace, sandbox_uid
-from draligned.tools.acquisition import SearchBackend
+from draligned.tools.acquisition import Backend
 from draligned.tools.workspace import PathRefused, Workspace
 
 INPUTS = "inputs"
@@ -30,7 +30,7 @@ INPUTS = "inputs"
 class HDExecutor(HWExecutor):
     """The H-W root with delegate_batch."""
 
-    def __init__(self, setup: RunSetup, backend: SearchBackend) -> None:
+    def __init__(self, setup: RunSetup, backend: Backend) -> None:
         super().__init__(setup, backend)
         worker_role = self.contract.role("worker")
         if worker_role.system_prompt is None:

@@ -17,7 +17,7 @@ from draligned.executors.base import Executor, Handler, Loop, RunSetup, ToolOutc
 from draligned.harness import Contract
 from draligned.records import Message, RunRecord, ToolCallEvent
 from draligned.sandbox import SandboxLimits, new_workspace, redact_host_paths, run_in_sandbox, sandbox_uid
-from draligned.tools.acquisition import AcquisitionTools, SearchBackend
+from draligned.tools.acquisition import AcquisitionTools, Backend
 from draligned.tools.errors import ToolError
 from draligned.tools.workspace import DELIVERABLE, PathRefused, Workspace
 
@@ -29,7 +29,7 @@ STRUCTURAL_NOTICE = (
 class WorkspaceTools:
     """search, read, shell, view_file, write_file and edit_file over one workspace (root or worker)."""
 
-    def __init__(self, contract: Contract, backend: SearchBackend, workspace: Workspace) -> None:
+    def __init__(self, contract: Contract, backend: Backend, workspace: Workspace) -> None:
         limits = contract.workspace_limits()
         self.acquisition = AcquisitionTools(backend, limits)
         self.workspace = workspace
@@ -123,7 +123,7 @@ class HWExecutor(Executor):
 
     needs_sandbox = True
 
-    def __init__(self, setup: RunSetup, backend: SearchBackend) -> None:
+    def __init__(self, setup: RunSetup, backend: Backend) -> None:
         self.setup = setup
         self.backend = backend
         self.contract = setup.contract.contract

@@ -20,66 +20,24 @@ unlogged stop; such runs are flagged (``ended_by = "agent"``) by :mod:`draligned
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
-
-from pydantic import Field, field_validator, model_validator
 
 from draligned.archive.writer import RunWriter
-from draligned.cess.pool import ControllerConfig, PoolController, PoolIndex
+from draligned.cess.pool import PoolController, PoolIndex
 from draligned.hashing import sha256_json
-from draligned.records import DraftEvent, PoolRoundEvent, Record, RunRecord, SearchCondition, Slot
-from draligned.tools.acquisition import SearchBackend, SearchSpent
+from draligned.records import DraftEvent, PoolRoundEvent, RunRecord, Slot
+from draligned.tools.acquisition import Backend, SearchSpent
 from draligned.tools.corpus import Corpus, CorpusDocument, SearchHit, load_corpus, tokenize
 from draligned.tools.pool_file import LoadedPool, load_pool
+from draligned.tools.search_spec import SearchSpec
+from draligned.tools.web import open_web
+from draligned.tools.web.backend import RunWeb, StudyWeb
 
 SPENT_MESSAGE = (
     "The search budget for this pool is spent: search returns no more documents in this run. "
     "Continue with the sources you have already found."
 )
-
-
-class SearchSpec(Record):
-    """The ``[search]`` table of a study (absent: the corpus backend)."""
-
-    backend: Literal["corpus", "pool"] = "corpus"
-    """``corpus``: BM25 over the study's corpus; ``pool``: logged candidate-pool search."""
-    pools: dict[str, str] = Field(default_factory=dict)
-    """Pool file per card id (``[search.pools]``), relative to the study file; every card needs one."""
-    selection: list[Literal["agent", "uniform"]] = ["agent"]
-    """Selection cells to run (a list expands into slots): controller or uniform probabilities."""
-    stopping: list[Literal["fixed", "adaptive"]] = ["fixed"]
-    """Stopping cells to run: exactly K searches, or the agent's wish as a sampled decision."""
-    ranking: list[Literal["original", "pro", "anti"]] = ["original"]
-    """Ranking conditions to run: original, supporting-first (pro) or opposing-first (anti)."""
-    controller: ControllerConfig = Field(default_factory=ControllerConfig)
-    """``[search.controller]``: budget K, ε, temperature, penalties, stop probabilities (0.75 / 0.10)."""
-
-    @field_validator("selection", "stopping", "ranking", mode="before")
-    @classmethod
-    def _one_or_many(cls, value: object) -> object:
-        return [value] if isinstance(value, str) else value
-
-    @model_validator(mode="after")
-    def _consistent(self) -> SearchSpec:
-        if {"selection", "stopping"} & self.controller.model_fields_set:
-            raise ValueError("set selection and stopping in [search], not in [search.controller]")
-        for name in ("selection", "stopping", "ranking"):
-            values = getattr(self, name)
-            if not values or len(set(values)) != len(values):
-                raise ValueError(f"{name} must list distinct values")
-        if (self.backend == "pool") != bool(self.pools):
-            raise ValueError("[search.pools] (card id = pool file) is required with backend 'pool' and only then")
-        return self
-
-    def conditions(self) -> list[SearchCondition | None]:
-        """The cells every (card, arm, model, harness, seed) runs: [None] for corpus search."""
-        if self.backend == "corpus":
-            return [None]
-        return [SearchCondition(selection=a, stopping=b, ranking=r)
-                for a, b, r in itertools.product(self.selection, self.stopping, self.ranking)]
 
 
 def pair_seed(slot: Slot) -> int:
@@ -142,13 +100,19 @@ class StudySearch:
 
     spec: SearchSpec
     sha256: str
-    """Identity recorded as ``Slot.search_sha256``: the corpus sha, or a hash of pools + controller."""
+    """Identity recorded as ``Slot.search_sha256``: the corpus sha, a hash of pools + controller, or of the web
+    backend's declaration."""
     corpus: Corpus | None
     pools: dict[str, LoadedPool]
     indexes: dict[str, PoolIndex]
+    web: StudyWeb | None = None
+    """The study's shared web (web backends only)."""
 
-    def backend_for(self, slot: Slot, writer: RunWriter) -> SearchBackend:
-        """The corpus, or a fresh logged pool backend for this run's card and cell, logging through ``writer``."""
+    def backend_for(self, slot: Slot, writer: RunWriter) -> Backend:
+        """The corpus, the study's web seen from this run's archive, or a fresh logged pool backend for this
+        run's card and cell, logging through ``writer``."""
+        if self.web is not None:
+            return RunWeb(self.web, writer.archive)
         cond = slot.search_condition
         if cond is None:
             assert self.corpus is not None
@@ -157,9 +121,20 @@ class StudySearch:
         controller = PoolController(self.indexes[slot.card_id], config, cond.ranking, pair_seed(slot))
         return PoolSearchBackend(self.pools[slot.card_id], controller, writer)
 
+    async def aclose(self) -> None:
+        """Close the web backend's clients (nothing to close for corpus and pool search)."""
+        if self.web is not None:
+            await self.web.aclose()
 
-def open_search(spec: SearchSpec, corpus_path: Path | None, pool_paths: dict[str, Path]) -> StudySearch:
-    """Load the corpus or the pools (validated) and compute the search identity."""
+
+def open_search(spec: SearchSpec, corpus_path: Path | None, pool_paths: dict[str, Path],
+                store_root: Path | None = None) -> StudySearch:
+    """Load the corpus or the pools (validated), or open the web and its store at ``store_root``, and compute
+    the search identity. Raises ValueError (a :class:`~draligned.tools.web.WebConfigError` names its field)."""
+    if spec.is_web:
+        assert store_root is not None
+        web = open_web(spec, store_root)
+        return StudySearch(spec, web.sha256, None, {}, {}, web)
     if spec.backend == "corpus":
         assert corpus_path is not None
         corpus = load_corpus(corpus_path)
