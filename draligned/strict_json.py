@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from functools import lru_cache
 from typing import Any
+
+import jsonschema
 
 MAX_DEPTH = 64
 """Deepest nesting of arrays and objects accepted; real inputs stay below ten levels."""
@@ -55,3 +58,20 @@ def loads(text: str | bytes, limit: int = MAX_DEPTH) -> Any:
         raise JSONInputError(f"not valid JSON: {exc}") from None
     check_depth(data, limit)
     return data
+
+
+def schema_validator(schema: dict[str, Any]) -> jsonschema.protocols.Validator:
+    """A validator for ``schema`` (its draft's class), the schema itself checked once per distinct content.
+
+    Checking a schema costs far more than validating a small value against it, and the same few
+    schemas (tool parameters, evaluator replies) are used for every run and every read; SchemaError
+    as from ``check_schema`` when the schema is not valid."""
+    return _validator(json.dumps(schema, sort_keys=True))
+
+
+@lru_cache(maxsize=256)
+def _validator(canonical: str) -> jsonschema.protocols.Validator:
+    schema = json.loads(canonical)  # a private copy: a caller changing its dict cannot change the cached one
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema)

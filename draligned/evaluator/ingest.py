@@ -20,7 +20,7 @@ from draligned.evaluator.aggregate import AxisItem, RestoredSide
 from draligned.evaluator.orientation import restore
 from draligned.evaluator.packets import Manifest
 from draligned.records import Record
-from draligned.strict_json import JSONInputError, loads
+from draligned.strict_json import JSONInputError, loads, schema_validator
 
 
 class ExtractedItem(AxisItem):
@@ -94,11 +94,9 @@ def schema_checked(text: str | None, schema: dict[str, Any]) -> tuple[Any, str |
         data = loads(text)
     except JSONInputError as exc:
         return None, f"malformed: {exc}"
-    try:
-        jsonschema.validate(data, schema)
-    except jsonschema.ValidationError as exc:
-        path = "/".join(str(p) for p in exc.absolute_path)
-        return None, f"schema: {path or '(root)'}: {exc.message}"
+    if (error := jsonschema.exceptions.best_match(schema_validator(schema).iter_errors(data))) is not None:
+        path = "/".join(str(p) for p in error.absolute_path)
+        return None, f"schema: {path or '(root)'}: {error.message}"
     return data, None
 
 

@@ -35,6 +35,7 @@ from draligned.records import (
     ToolSpec,
 )
 from draligned.sandbox import redact_host_paths
+from draligned.strict_json import schema_validator
 from draligned.tools.acquisition import AcquisitionTools, Backend
 from draligned.tools.errors import ToolError
 
@@ -208,9 +209,7 @@ class Loop:
 
     def __post_init__(self) -> None:
         for spec in self.tools:
-            cls = jsonschema.validators.validator_for(spec.parameters)
-            cls.check_schema(spec.parameters)
-            self._validators[spec.name] = cls(spec.parameters)
+            self._validators[spec.name] = schema_validator(spec.parameters)
 
     async def run(self) -> LoopResult:
         """Drive the context until it delivers, fails or the budget ends it."""
