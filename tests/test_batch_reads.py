@@ -25,18 +25,20 @@ from draligned.indexing import connect
 from draligned.models.batch import BatchLine, chunks
 from draligned.models.batch_openai import OpenAIBatch
 from tests.batch_servers import AnthropicBatchServer, OpenAIBatchServer
-from tests.conftest import DemoRun
-from tests.study_helpers import REPO
+from tests.study_helpers import REPO, run, write_study
 
 KEY = "sk-batch-test-secret"
 PHASES = ("final",)
 
 
 @pytest.fixture(scope="module")
-def archive(demo_run: DemoRun, tmp_path_factory) -> Archive:
-    """A copy of the demo archive; each test reads it with its own evaluator id."""
-    assert demo_run.code == 0
-    return Archive(demo_run.copy(tmp_path_factory.mktemp("batch") / "archive", "archive"))
+def archive(tmp_path_factory) -> Archive:
+    """A two-card study's archive (8 final packets: enough for every plan below); each test reads it with
+    its own evaluator id."""
+    tmp = tmp_path_factory.mktemp("batch")
+    result = run(write_study(tmp, ["travel_budget_en.json", "career_mobility_en.json"], name="batch"))
+    assert result.slots == len(result.records) == 4 and not result.not_started
+    return result.archive
 
 
 @pytest.fixture(autouse=True)
