@@ -109,10 +109,12 @@ class DemoRun:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """A test over the demo's output is ``slow``: it needs the full demo run (once per session)."""
+    """A test over the demo's output is ``slow``: it needs the full demo run (once per session). All of them
+    run in one xdist worker (``--dist loadgroup``), so the demo runs once, not once per worker."""
     for item in items:
         if "demo_run" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.slow)
+            item.add_marker(pytest.mark.xdist_group("demo"))
 
 
 @pytest.fixture(scope="session")
