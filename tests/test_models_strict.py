@@ -24,7 +24,8 @@ def _models() -> list[type[BaseModel]]:
             if sub not in seen:
                 seen.add(sub)
                 todo.append(sub)
-    return sorted((m for m in seen if m.__module__.startswith("draligned.")), key=lambda m: (m.__qualname__, m.__module__))
+    ours = (m for m in seen if m.__module__.startswith("draligned."))
+    return sorted(ours, key=lambda m: (m.__qualname__, m.__module__))  # one order in every xdist worker
 
 
 MODELS = _models()
