@@ -108,6 +108,7 @@ class DemoRun:
         return dest
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the group marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """A test over the demo's output is ``slow``: it needs the full demo run (once per session). All of them
     run in one xdist worker (``--dist loadgroup``), so the demo runs once, not once per worker."""
