@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -163,3 +164,25 @@ def test_a_redirect_to_a_private_address_is_refused_even_on_loopback(tmp_path):
         for path in ("/to-private", "/to-https", "/to-metadata"):
             assert _read(tmp_path, w.url + path).error == "blocked_address"
         assert inner.log == []
+
+
+def test_a_reply_that_drips_slowly_is_a_timeout_within_the_per_attempt_bound(tmp_path, web):
+    start = time.monotonic()
+    fetched = _read(tmp_path, web.url + "/drip", retry={"timeout_s": 0.5, "max_attempts": 1})
+    assert fetched.error == "timeout", fetched.message
+    assert time.monotonic() - start < 3  # the whole body takes ~12 s at the fake's pace
+
+
+def test_a_provider_that_drips_its_reply_is_a_timeout(tmp_path, web):
+    async def go() -> Fetched:
+        w = study_web("brave", provider.url, tmp_path / "store", retry={"timeout_s": 0.5, "max_attempts": 1})
+        try:
+            return await w.search("night trains", 6, Archive(tmp_path / "archive"))
+        finally:
+            await w.aclose()
+    with Provider("brave", web) as provider:
+        provider.plan[SEARCH["brave"]] = [Reply(200, {"Content-Type": "application/json"},
+                                                b'{"web": {"results": []}}' + b" " * 400, drip_s=0.1)]
+        start = time.monotonic()
+        fetched = asyncio.run(go())
+    assert fetched.error == "timeout" and time.monotonic() - start < 3

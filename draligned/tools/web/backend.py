@@ -123,7 +123,12 @@ class StudyWeb:
         """Fetch with retries, read the answer, store the outcome unless it is a fault that outlasted them."""
         async def attempt() -> Exchange:
             async with self._gate:
-                return await req.send()
+                try:  # httpx's timeout bounds each network wait; a reply dripped slowly needs a whole-attempt bound
+                    async with asyncio.timeout(self.spec.retry.timeout_s):
+                        return await req.send()
+                except TimeoutError as exc:
+                    raise FetchFailed(ToolError.TIMEOUT, f"{req.endpoint} did not answer within "
+                                                         f"{self.spec.retry.timeout_s:g} s", retryable=True) from exc
 
         ex, attempts, failure = await with_retries(attempt, self.spec.retry)
         outcome: list[SearchHit] | CorpusDocument | None = None
