@@ -15,6 +15,7 @@ from draligned.archive import Archive
 from draligned.cli import main
 from draligned.records import FetchAttemptEvent
 from draligned.tools.acquisition import Fetched
+from draligned.tools.web.pagetext import decode
 from draligned.workflow import run_study_file
 from tests.study_helpers import run, write_study
 from tests.web_fakes_independent import (
@@ -186,3 +187,9 @@ def test_a_provider_that_drips_its_reply_is_a_timeout(tmp_path, web):
         start = time.monotonic()
         fetched = asyncio.run(go())
     assert fetched.error == "timeout" and time.monotonic() - start < 3
+
+
+def test_a_header_charset_wins_over_a_meta_that_lies():
+    page = '<html><head><meta charset="gb2312"></head><body><p>杭州西湖</p></body></html>'.encode()
+    assert "杭州西湖" in decode(page, "utf-8")
+    assert "杭州西湖" in decode(page, None)  # valid UTF-8 is stronger evidence than a meta tag
