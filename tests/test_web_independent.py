@@ -16,6 +16,7 @@ from draligned.cli import main
 from draligned.records import FetchAttemptEvent
 from draligned.tools.acquisition import Fetched
 from draligned.tools.web.pagetext import decode
+from draligned.tools.web.store import normalise_url
 from draligned.workflow import run_study_file
 from tests.study_helpers import run, write_study
 from tests.web_fakes_independent import (
@@ -193,3 +194,9 @@ def test_a_header_charset_wins_over_a_meta_that_lies():
     page = '<html><head><meta charset="gb2312"></head><body><p>杭州西湖</p></body></html>'.encode()
     assert "杭州西湖" in decode(page, "utf-8")
     assert "杭州西湖" in decode(page, None)  # valid UTF-8 is stronger evidence than a meta tag
+
+
+def test_store_keys_ignore_fragments_and_case_but_idn_hosts_key_as_their_ascii_form():
+    assert normalise_url("HTTP://Example.COM:80/a?b=1#top") == normalise_url("http://example.com/a?b=1")
+    assert normalise_url("http://Bücher.example/x") == normalise_url("http://xn--bcher-kva.example/x")
+    assert normalise_url("http://example.com/a?b=1") != normalise_url("http://example.com/a?b=2")
