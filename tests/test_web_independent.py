@@ -200,3 +200,27 @@ def test_store_keys_ignore_fragments_and_case_but_idn_hosts_key_as_their_ascii_f
     assert normalise_url("HTTP://Example.COM:80/a?b=1#top") == normalise_url("http://example.com/a?b=1")
     assert normalise_url("http://Bücher.example/x") == normalise_url("http://xn--bcher-kva.example/x")
     assert normalise_url("http://example.com/a?b=1") != normalise_url("http://example.com/a?b=2")
+
+
+def test_failing_reads_in_a_study_are_named_tool_errors_the_agent_reads(tmp_path, web):
+    with Provider("tavily", web) as provider:
+        provider.hit_urls = [web.url + p for p in ("/missing", "/to-private", "/five-mb")]
+        result = run(web_study(tmp_path, "tavily", provider.url))
+    assert result.statuses == {"completed": 2}, [(r.status, r.status_reason) for r in result.archive.records()]
+    reads = _events(result, "read")
+    assert reads and {e.error for e in reads} <= {"http_404", "blocked_address", "too_large"}
+    for e in reads:
+        assert f"({e.error})" in result.archive.get_text(e.return_blob)
+
+
+def test_a_stored_refusal_without_a_body_is_served_from_the_store(tmp_path, web):
+    async def go() -> list[Fetched]:
+        w = study_web("brave", "http://127.0.0.1:9", tmp_path / "store")
+        archive = Archive(tmp_path / "archive")
+        try:  # a 404 leaves a body in the store; a blocked address was refused before any request: none
+            return [await w.read(web.url + p, archive) for p in ("/missing", "/to-private", "/to-private")]
+        finally:
+            await w.aclose()
+    missing, first, again = asyncio.run(go())
+    assert (missing.error, first.error, again.error) == ("http_404", "blocked_address", "blocked_address")
+    assert first.acquisition.live and not again.acquisition.live and again.acquisition.raw_blob is None

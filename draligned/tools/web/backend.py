@@ -98,7 +98,7 @@ class StudyWeb:
         key = store_key(req.provider, req.endpoint, req.request, self.spec.reader)
         store = self.store
         if store is not None and (entry := store.get(key)) is not None:
-            return self._fetched(entry, archive, live=False, body=store.body(entry.body_sha256 or ""))
+            return self._fetched(entry, archive, live=False, body=store.body(entry.body_sha256))
         if not self.live:  # read-only replay: never a live call
             message = (f"the acquisition store {store.root if store else ''} has no entry for this request "
                        f"(read-only replay sends nothing)")
@@ -151,7 +151,7 @@ class StudyWeb:
         if self.store is not None and self.store.mode == "read-write" and not (failure and failure.retryable):
             kept = self.store.put(entry, body)
             if kept is not entry:  # another process wrote it first: its answer is the study's
-                return kept, attempts, self.store.body(kept.body_sha256 or "")
+                return kept, attempts, self.store.body(kept.body_sha256)
         return entry, attempts, body
 
     def _fetched(self, entry: StoreEntry, archive: Archive, live: bool, body: bytes | None,

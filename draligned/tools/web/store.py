@@ -121,7 +121,9 @@ class AcquisitionStore:
             return kept
         return entry
 
-    def body(self, sha: str) -> bytes | None:
-        """A stored raw body, or None."""
+    def body(self, sha: str | None) -> bytes | None:
+        """A stored raw body, or None (also for an entry that has none: a refusal before any request)."""
+        if not sha:
+            return None
         path = self._body_path(sha)
         return path.read_bytes() if path.exists() else None
