@@ -98,7 +98,7 @@ class StudyWeb:
         key = store_key(req.provider, req.endpoint, req.request, self.spec.reader)
         store = self.store
         if store is not None and (entry := store.get(key)) is not None:
-            return self._fetched(entry, archive, live=False, body=store.body(entry.body_sha256 or ""))
+            return self._fetched(entry, archive, live=False, body=store.body(entry.body_sha256))
         if not self.live:  # read-only replay: never a live call
             message = (f"the acquisition store {store.root if store else ''} has no entry for this request "
                        f"(read-only replay sends nothing)")
@@ -123,7 +123,12 @@ class StudyWeb:
         """Fetch with retries, read the answer, store the outcome unless it is a fault that outlasted them."""
         async def attempt() -> Exchange:
             async with self._gate:
-                return await req.send()
+                try:  # httpx's timeout bounds each network wait; a reply dripped slowly needs a whole-attempt bound
+                    async with asyncio.timeout(self.spec.retry.timeout_s):
+                        return await req.send()
+                except TimeoutError as exc:
+                    raise FetchFailed(ToolError.TIMEOUT, f"{req.endpoint} did not answer within "
+                                                         f"{self.spec.retry.timeout_s:g} s", retryable=True) from exc
 
         ex, attempts, failure = await with_retries(attempt, self.spec.retry)
         outcome: list[SearchHit] | CorpusDocument | None = None
@@ -146,7 +151,7 @@ class StudyWeb:
         if self.store is not None and self.store.mode == "read-write" and not (failure and failure.retryable):
             kept = self.store.put(entry, body)
             if kept is not entry:  # another process wrote it first: its answer is the study's
-                return kept, attempts, self.store.body(kept.body_sha256 or "")
+                return kept, attempts, self.store.body(kept.body_sha256)
         return entry, attempts, body
 
     def _fetched(self, entry: StoreEntry, archive: Archive, live: bool, body: bytes | None,

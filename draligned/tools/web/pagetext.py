@@ -1,7 +1,9 @@
 """A fetched page as text: charset decoding, HTML main text (trafilatura), PDF text (pypdf).
 
-Charsets: a byte-order mark wins; then a declared multi-byte charset (HTTP header, then ``<meta>``)
-that decodes cleanly; then UTF-8 if the bytes are valid UTF-8; otherwise the declared charset is
+Charsets: a byte-order mark wins; then a multi-byte charset the HTTP header declares, if it decodes
+cleanly; then UTF-8 if the bytes are valid UTF-8 (UTF-8 bytes often decode cleanly, into nonsense, as
+GB18030, so a ``<meta>`` left over from a template must not win over them); then a multi-byte
+``<meta>`` charset that decodes cleanly; otherwise the declared charset is
 checked against a detector (charset-normalizer), because Chinese pages are often served as GBK or
 GB2312 with no header, or with a wrong ``ISO-8859-1`` one: a detected CJK charset then wins, and so
 does GB18030 when it decodes the bytes into mostly CJK text (a detector guesses badly on a few
@@ -63,11 +65,13 @@ def decode(body: bytes, header_charset: str | None) -> str:
         if body.startswith(bom):
             return body.decode(codec, "replace")
     meta = _META_RE.search(body[:4096])
-    declared = [c for c in (_codec(header_charset), _codec(meta.group(1).decode("ascii")) if meta else None) if c]
-    for codec in declared:
-        if codec not in _SINGLE_BYTE and codec != "utf_8" and (text := _strict(body, codec)) is not None:
-            return text
-    if (text := _strict(body, "utf-8")) is not None:
+    header, in_page = _codec(header_charset), _codec(meta.group(1).decode("ascii")) if meta else None
+    declared = [c for c in (header, in_page) if c]
+    if header is not None and header not in _SINGLE_BYTE and (text := _strict(body, header)) is not None:
+        return text
+    if (text := _strict(body, "utf-8")) is not None:  # stronger evidence than a <meta> copied with a template
+        return text
+    if in_page is not None and in_page not in _SINGLE_BYTE and (text := _strict(body, in_page)) is not None:
         return text
     detected = _detected(body)
     if detected in _CJK_CODECS and (text := _strict(body, detected)) is not None:

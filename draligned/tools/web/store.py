@@ -29,10 +29,24 @@ def normalise_query(query: str) -> str:
     return " ".join(unicodedata.normalize("NFC", query).split())
 
 
+def _ascii_host(host: str) -> str:
+    """An internationalised host in the ASCII form httpx connects to (``bücher.example`` ->
+    ``xn--bcher-kva.example``), so both spellings share one entry; an invalid one is kept as given."""
+    if host.isascii():
+        return host
+    import idna
+
+    try:
+        return idna.encode(host, uts46=True).decode("ascii")
+    except idna.IDNAError:
+        return host
+
+
 def normalise_url(url: str) -> str:
-    """A URL as keyed: scheme and host lower-cased, default port and fragment dropped, empty path ``/``."""
+    """A URL as keyed: scheme and host lower-cased (an IDN host in its ASCII form), default port and fragment
+    dropped, empty path ``/``."""
     parts = urlsplit(url.strip())
-    host = (parts.hostname or "").lower()
+    host = _ascii_host((parts.hostname or "").lower())
     host = f"[{host}]" if ":" in host else host  # an IPv6 literal keeps its brackets
     if parts.port and (parts.scheme.lower(), parts.port) not in (("http", 80), ("https", 443)):
         host = f"{host}:{parts.port}"
@@ -107,7 +121,9 @@ class AcquisitionStore:
             return kept
         return entry
 
-    def body(self, sha: str) -> bytes | None:
-        """A stored raw body, or None."""
+    def body(self, sha: str | None) -> bytes | None:
+        """A stored raw body, or None (also for an entry that has none: a refusal before any request)."""
+        if not sha:
+            return None
         path = self._body_path(sha)
         return path.read_bytes() if path.exists() else None
