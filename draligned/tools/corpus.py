@@ -12,7 +12,6 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Literal
 
-import bm25s
 import numpy as np
 from pydantic import Field
 
@@ -178,6 +177,8 @@ class Corpus:
             tok: i for i, tok in enumerate(sorted({t for toks in doc_tokens for t in toks}))
         }
         corpus_ids = [[self._vocab[t] for t in toks] for toks in doc_tokens]
+        import bm25s  # imported here: it loads scipy.sparse, which commands that search nothing do not need
+
         self._bm25 = bm25s.BM25(backend="numpy")
         self._bm25.index((corpus_ids, dict(self._vocab)), show_progress=False)
 
