@@ -6,6 +6,8 @@ from __future__ import annotations
 import duckdb
 from pydantic import Field
 
+from draligned.analysis.adapters import QueryLog, load_runs
+from draligned.analysis.rows import RunRow
 from draligned.archive import Archive, ArchiveError
 from draligned.indexing import connect, rebuild
 from draligned.records import (
@@ -120,43 +122,16 @@ def _totals(values: tuple) -> Totals:
                                   for k, v in zip(keys, values, strict=True)})
 
 
-class RunListing(Record):
-    """One run attempt as ``archive ls`` lists it."""
-
-    run_id: str
-    """Opaque run id."""
-    attempt: int
-    """Attempt number at its slot."""
-    card_id: str
-    """Factor card id."""
-    arm: str
-    """Arm or cell."""
-    model: str
-    """Model declaration name."""
-    harness: str
-    """Harness id."""
-    seed: int
-    """Replicate seed."""
-    status: str
-    """started, completed, failed or budget_exhausted."""
-    model_calls: int
-    """Model calls made."""
-    tool_calls: int
-    """Tool calls executed."""
-    drafts: int
-    """Draft versions saved."""
-    has_final: bool
-    """Whether the run delivered a final."""
+LISTED = ("run_id", "attempt", "card_id", "arm", "model", "harness", "seed", "status", "model_calls",
+          "tool_calls", "drafts", "has_final")
+"""The fields of a run that ``archive ls`` shows, in its column order."""
 
 
-def list_runs(archive: Archive) -> list[RunListing]:
-    """Every run attempt of the archive, by card, seed, model, harness, arm and attempt."""
+def list_runs(archive: Archive) -> list[RunRow]:
+    """Every run attempt of the archive (the report's run rows), by card, seed, model, harness, arm, attempt."""
     with connect(archive) as con:
-        rows = con.execute("""SELECT run_id, attempt, card_id, arm, model, harness, seed, status,
-                                     model_calls, tool_calls, drafts, final_blob IS NOT NULL
-                              FROM runs ORDER BY card_id, seed, model, harness, arm, attempt""").fetchall()
-    names = list(RunListing.model_fields)
-    return [RunListing(**dict(zip(names, r, strict=True))) for r in rows]
+        runs = load_runs(con, QueryLog())
+    return sorted(runs, key=lambda r: (r.card_id, r.seed, r.model, r.harness, r.arm, r.attempt))
 
 
 def run_text(archive: Archive, run_id: str, *, draft: int | None = None, requests: bool = False,

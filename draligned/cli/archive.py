@@ -9,7 +9,7 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
-from draligned.archive_summary import archive_stats, list_runs, run_text
+from draligned.archive_summary import LISTED, archive_stats, list_runs, run_text
 from draligned.cli.acquisition import print_acquisition
 from draligned.guards import open_archive
 from draligned.indexing import rebuild, verify
@@ -100,7 +100,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
                 "tools", "drafts", "final"):
         table.add_column(col)
     for run in list_runs(open_archive(args.archive)):
-        table.add_row(*(str(x) for x in run.model_dump().values()))
+        table.add_row(*(str(getattr(run, name)) for name in LISTED))
     Console(width=160).print(table)
     return 0
 
