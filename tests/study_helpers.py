@@ -11,6 +11,23 @@ from draligned.study import load_study
 REPO = Path(__file__).resolve().parent.parent
 
 
+def write_evaluator(path: Path, head: str, model: str) -> Path:
+    """An evaluator TOML at ``path``: ``head`` (id, limits), the bundled v1 prompts and schemas, then the
+    ``[model]`` table's body ``model``."""
+    prompts = REPO / "evaluator_prompts"
+    path.write_text(f"""{head.strip()}
+[prompts]
+requests = "{prompts / 'request_packet.v1.md'}"
+document = "{prompts / 'document_packet.v1.md'}"
+[schemas]
+requests = "{prompts / 'request_labels.v1.schema.json'}"
+document = "{prompts / 'document_items.v1.schema.json'}"
+[model]
+{model.strip()}
+""", encoding="utf-8")
+    return path
+
+
 def write_study(tmp: Path, cards: list[str], seeds: int = 1, sensitivity: float = 0.8,
                 name: str = "t", extra: str = "", latency_s: float = 0.0) -> Path:
     """A study TOML in ``tmp`` with the sim agent over the demo corpus."""

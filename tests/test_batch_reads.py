@@ -25,7 +25,7 @@ from draligned.indexing import connect
 from draligned.models.batch import BatchLine, chunks
 from draligned.models.batch_openai import OpenAIBatch
 from tests.batch_servers import AnthropicBatchServer, OpenAIBatchServer
-from tests.study_helpers import REPO, run, write_study
+from tests.study_helpers import REPO, run, write_evaluator, write_study
 
 KEY = "sk-batch-test-secret"
 PHASES = ("final",)
@@ -47,19 +47,10 @@ def _key(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def evaluator_file(tmp: Path, evaluator_id: str, protocol: str, base_url: str) -> Path:
-    prompts = REPO / "evaluator_prompts"
-    path = tmp / f"{evaluator_id}.toml"
-    path.write_text(f"""
+    return write_evaluator(tmp / f"{evaluator_id}.toml", f"""
 evaluator_id = "{evaluator_id}"
 max_tokens = 2048
-concurrency = 4
-[prompts]
-requests = "{prompts / 'request_packet.v1.md'}"
-document = "{prompts / 'document_packet.v1.md'}"
-[schemas]
-requests = "{prompts / 'request_labels.v1.schema.json'}"
-document = "{prompts / 'document_items.v1.schema.json'}"
-[model]
+concurrency = 4""", f"""
 name = "batch-evaluator"
 protocol = "{protocol}"
 model = "reader-1"
@@ -69,9 +60,7 @@ omit = ["parallel_tool_calls"]
 [model.request]
 temperature = 0.0
 [model.retry]
-max_attempts = 2
-""", encoding="utf-8")
-    return path
+max_attempts = 2""")
 
 
 def make(tmp: Path, evaluator_id: str, protocol: str, server) -> Evaluator:

@@ -20,6 +20,7 @@ from draligned.workflow import run_study_file
 from tests.conftest import REPO
 from tests.loopback_gateway import LiteLLMProxy, ReasoningServer
 from tests.loopback_wire import WireServer
+from tests.study_helpers import write_evaluator
 
 KEY = "sk-gateway-checker-91b2-SECRET"
 UPSTREAM = "fake-chat-2026-01-01"
@@ -308,26 +309,16 @@ def test_an_evaluator_read_through_the_proxy_keeps_headers_and_the_served_model(
     from draligned.evaluator.storage import ReadStore
     assert main(["run", str(sim_study(tmp_path))]) == 0
     evaluator = tmp_path / "gw-eval.toml"
-    prompts = REPO / "evaluator_prompts"
     with WireServer("openai-chat", ["length"]) as upstream, LiteLLMProxy("gw-read", upstream.base_url, UPSTREAM) as p:
-        evaluator.write_text(f"""evaluator_id = "gw-eval-v1"
+        write_evaluator(evaluator, """evaluator_id = "gw-eval-v1"
 description = "an evaluator behind a gateway"
 max_tokens = 512
-concurrency = 2
-[prompts]
-requests = "{prompts / 'request_packet.v1.md'}"
-document = "{prompts / 'document_packet.v1.md'}"
-[schemas]
-requests = "{prompts / 'request_labels.v1.schema.json'}"
-document = "{prompts / 'document_items.v1.schema.json'}"
-[model]
-name = "gw-read"
+concurrency = 2""", f"""name = "gw-read"
 protocol = "openai-chat"
 model = "gw-read"
 base_url = "{p.base_url}"
 api_key_env = "GW_KEY"
-headers = {{ x-litellm-num-retries = "0" }}
-""")
+headers = {{ x-litellm-num-retries = "0" }}""")
         main(["read", str(tmp_path / "archive"), "--evaluator", str(evaluator), "--phase", "final"])
     archive = Archive(tmp_path / "archive")
     reads = list(ReadStore(archive, "gw-eval-v1").reads().values())

@@ -12,31 +12,20 @@ from draligned.archive import Archive
 from draligned.cli import main
 from draligned.evaluator.storage import ReadStore
 from tests.fake_providers import FakeProvider, Wire
-from tests.study_helpers import REPO, run, write_study
+from tests.study_helpers import run, write_evaluator, write_study
 
 PROTOCOLS = ("openai-chat", "openai-responses", "anthropic")
 pytestmark = pytest.mark.slow  # a few seconds: a small study plus reads through three SDKs
 
 
 def _evaluator_file(tmp_path, protocol: str, base_url: str):
-    path = tmp_path / f"{protocol}.toml"
-    path.write_text(f"""evaluator_id = "cut-{protocol}"
-concurrency = 4
-[prompts]
-requests = "{REPO}/evaluator_prompts/request_packet.v1.md"
-document = "{REPO}/evaluator_prompts/document_packet.v1.md"
-[schemas]
-requests = "{REPO}/evaluator_prompts/request_labels.v1.schema.json"
-document = "{REPO}/evaluator_prompts/document_items.v1.schema.json"
-[model]
-name = "cut"
+    return write_evaluator(tmp_path / f"{protocol}.toml", f"""evaluator_id = "cut-{protocol}"
+concurrency = 4""", f"""name = "cut"
 protocol = "{protocol}"
 model = "fake-{protocol}"
 base_url = "{base_url}"
 api_key_env = "FAKE_PROVIDER_KEY"
-retry = {{ initial_wait_s = 0.01, timeout_s = 5.0 }}
-""")
-    return path
+retry = {{ initial_wait_s = 0.01, timeout_s = 5.0 }}""")
 
 
 @pytest.fixture(scope="module")
