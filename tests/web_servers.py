@@ -32,8 +32,10 @@ import time
 import uuid
 import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Self
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+from tests.loopback_wire import Loopback
 
 KEY = "test-web-key-123"
 Fault = tuple[int, dict[str, str]] | str
@@ -117,7 +119,7 @@ def _titles() -> dict[str, str]:
             "/gone": "A page that is gone", "/huge": "Enormous archive page"}
 
 
-class _Server:
+class _Server(Loopback):
     """A threaded loopback HTTP server whose handler calls ``answer(method, path, query, headers, body)``."""
 
     def __init__(self) -> None:
@@ -166,13 +168,6 @@ class _Server:
     def answer(self, entry: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
         raise NotImplementedError
 
-    def __enter__(self) -> Self:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 class PageServer(_Server):
