@@ -39,7 +39,11 @@ def add_states(archive: Archive, evaluator: str,
                 "label TEXT)")
     con.executemany("INSERT INTO states VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
     con.close()
-    ReadStore(archive, evaluator).write_snapshot({"evaluator": {"evaluator_id": evaluator}})  # it has read it
+    # It has read the archive: the snapshot a read records, for a (non-simulator) model reader.
+    ReadStore(archive, evaluator).write_snapshot({
+        "evaluator": {"evaluator_id": evaluator, "model": {"name": "reader", "protocol": "openai-chat",
+                                                            "model": "reader-1"}},
+        "file_sha256": {}})
     return len(rows)
 
 

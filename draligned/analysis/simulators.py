@@ -30,8 +30,7 @@ def simulators(archive: Archive, run_ids: set[str], evaluator_ids: list[str]) ->
         path = ReadStore(archive, evaluator_id).root / "evaluator.json"
         if not path.exists():
             continue
-        # A reader recorded without a model (e.g. human answers imported as states) is not a simulator.
-        protocol = json.loads(path.read_text()).get("evaluator", {}).get("model", {}).get("protocol")
+        protocol = json.loads(path.read_text())["evaluator"]["model"]["protocol"]
         if protocol in SIMULATOR_PROTOCOLS:
             out[f"evaluator {evaluator_id} (protocol {protocol}): {SIMULATOR_PROTOCOLS[protocol]}"] = None
     return sorted(out)

@@ -163,9 +163,8 @@ def template_conflicts(archive: Archive, evaluator: Evaluator) -> list[str]:
 
 
 def _files_by_name(snapshot: dict) -> dict[str, str]:
-    """Template and schema file name -> sha256 of an evaluator's snapshot (none for a reader recorded
-    without templates, e.g. human answers imported as states)."""
-    spec, hashes = snapshot.get("evaluator", {}), snapshot.get("file_sha256", {})
+    """Template and schema file name -> sha256 of an evaluator's recorded snapshot."""
+    spec, hashes = snapshot["evaluator"], snapshot["file_sha256"]
     return {Path(path).name: hashes[f"{prefix}:{kind}"]
             for group, prefix in (("prompts", "prompt"), ("schemas", "schema"))
             for kind, path in spec.get(group, {}).items() if f"{prefix}:{kind}" in hashes}
