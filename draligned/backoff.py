@@ -26,14 +26,10 @@ SLEEP: Callable[[float], Awaitable[None]] = asyncio.sleep
 class Bounds(Protocol):
     """The retry bounds a policy table declares (a model's ``retry``, a study's ``[search.retry]``)."""
 
-    @property
-    def max_attempts(self) -> int: ...
-    @property
-    def max_total_s(self) -> float: ...
-    @property
-    def initial_wait_s(self) -> float: ...
-    @property
-    def max_wait_s(self) -> float: ...
+    max_attempts: int
+    max_total_s: float
+    initial_wait_s: float
+    max_wait_s: float
 
 
 def seconds_to_wait(value: str) -> float:
