@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import ipaddress
+import os
 import shutil
 import socket
 from collections.abc import Iterator
@@ -20,6 +21,24 @@ if TYPE_CHECKING:
     from tests.web_servers import PageServer
 
 REPO = Path(__file__).resolve().parent.parent
+
+RAM_DISK = Path("/dev/shm")
+RAM_DISK_MIN_FREE = 1 << 30
+"""The session's temporary files (a few hundred MB at most) go to the RAM disk only with this much room."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Temporary directories on a RAM disk when the machine has one with room (and no other temproot was
+    chosen): the archive makes every file it writes durable (fsync), which on a disk shared with other work
+    costs more wall time than the tests' own work; on tmpfs it is free. Only where the files live changes."""
+    if os.environ.get("PYTEST_DEBUG_TEMPROOT") or config.option.basetemp:
+        return
+    try:
+        room = shutil.disk_usage(RAM_DISK).free if RAM_DISK.is_dir() and os.access(RAM_DISK, os.W_OK) else 0
+    except OSError:
+        room = 0
+    if room >= RAM_DISK_MIN_FREE:
+        os.environ["PYTEST_DEBUG_TEMPROOT"] = str(RAM_DISK)  # read by pytest's tmp_path_factory
 
 
 def _is_loopback(address: object) -> bool:
@@ -78,8 +97,7 @@ def _skip_retry_waits(monkeypatch: pytest.MonkeyPatch) -> None:
     async def no_sleep(seconds: float) -> None:
         return None
 
-    monkeypatch.setattr("draligned.models.retry.SLEEP", no_sleep)
-    monkeypatch.setattr("draligned.tools.web.wire.SLEEP", no_sleep)
+    monkeypatch.setattr("draligned.backoff.SLEEP", no_sleep)  # model and web retries alike
 
 
 @pytest.fixture(autouse=True)

@@ -6,12 +6,14 @@ from __future__ import annotations
 import ast
 import asyncio
 import os
+import subprocess
+import sys
 from importlib.metadata import version
 from pathlib import Path
 
 import pytest
 
-from draligned.cli import main
+from draligned.cli import COMMANDS, build_parser, main
 from draligned.runner import RunProgress, run_study
 from draligned.study import load_study
 from tests.study_helpers import REPO, write_study
@@ -39,6 +41,25 @@ def test_rich_is_drawn_only_by_the_cli() -> None:
             if any(n == "rich" or n.startswith("rich.") for n in names):
                 users.append(path.relative_to(REPO))
     assert users and all(p.parts[:2] == ("draligned", "cli") for p in users), users
+
+
+def test_the_lazy_parser_shows_every_command_as_the_full_one_does() -> None:
+    """With only one command's module loaded, the top-level help (and so an unknown-command error) is the
+    same as with every module: each command is in COMMANDS with the help its module registers."""
+    assert build_parser([]).format_help() == build_parser().format_help()
+    for command in COMMANDS:
+        assert build_parser([command]).format_help() == build_parser().format_help(), command
+
+
+def test_a_command_imports_only_its_own_cli_module() -> None:
+    """A command-line process imports the module of its command, not every command's (start-up time)."""
+    probe = ("import sys\nfrom draligned.cli import main\ntry:\n    main(['sandbox', 'run', '--help'])\n"
+             "except SystemExit:\n    pass\nprint(sorted(m for m in sys.modules if m.startswith('draligned.cli.')), "
+             "[m for m in ('duckdb', 'draligned.runner', 'draligned.evaluator') if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=REPO).stdout
+    assert out.startswith("usage: draligned sandbox run ")
+    assert out.splitlines()[-1] == "['draligned.cli.sandbox'] []"
 
 
 def test_version_prints_the_installed_version(capsys: pytest.CaptureFixture[str]) -> None:

@@ -14,6 +14,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import lru_cache
 from pathlib import Path
 from typing import cast
 
@@ -171,6 +172,13 @@ def _outside(text: str, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return list(zip(bounds[::2], bounds[1::2], strict=True))
 
 
+@lru_cache(maxsize=512)
+def _opcodes(a: str, b: str) -> tuple[tuple[str, int, int, int, int], ...]:
+    """The character diff of two rendered arms (quadratic in their length, so kept: a card is validated at every
+    study load, assignment and run, always with the same texts)."""
+    return tuple(difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes())
+
+
 def _comparison_issues(card: Card, comp: Comparison, renders: Renders) -> list[Issue]:
     """The two arms must differ in the changed factor only, and only inside its spans."""
     (ra, pa), (rb, pb) = renders[comp.arm_a], renders[comp.arm_b]
@@ -183,8 +191,7 @@ def _comparison_issues(card: Card, comp: Comparison, renders: Renders) -> list[I
         elif fid != comp.factor_id and ta != tb:
             issues.append(("message", f"{label}: factor {fid} changes too"))
     sa, sb = ([(s.start, s.end) for s in r.spans if s.factor_id == comp.factor_id] for r in (ra, rb))
-    opcodes = difflib.SequenceMatcher(None, ra.text, rb.text, autojunk=False).get_opcodes()
-    for tag, i1, i2, j1, j2 in opcodes:
+    for tag, i1, i2, j1, j2 in _opcodes(ra.text, rb.text):
         out_a, out_b = _uncovered(i1, i2, sa), _uncovered(j1, j2, sb)
         if tag != "equal" and (out_a is not None or out_b is not None):
             arm, pos, pieces = (comp.arm_a, out_a, pa) if out_a is not None else (comp.arm_b, out_b, pb)

@@ -9,11 +9,12 @@ from pathlib import Path
 from typing import Any
 
 from draligned.archive import Archive, ArchiveError
+from draligned.cli import add_command
 from draligned.tools.web.export import acquisition_stats, export_corpus
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("acquisition", help="web acquisition: export what an archive saw as a corpus, or its figures")
+    p = add_command(sub, "acquisition")
     s = p.add_subparsers(dest="acquisition_command", required=True)
     e = s.add_parser("export", help="every page read and search hit as a corpus file the corpus backend serves")
     e.add_argument("archive")

@@ -10,13 +10,14 @@ from rich.console import Console
 from rich.table import Table
 
 from draligned.archive_summary import LISTED, archive_stats, list_runs, run_text
+from draligned.cli import add_command
 from draligned.cli.acquisition import print_acquisition
 from draligned.guards import open_archive
 from draligned.indexing import rebuild, verify
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("archive", help="inspect, verify and index an archive")
+    p = add_command(sub, "archive")
     s = p.add_subparsers(dest="archive_command", required=True)
     for name, func, help_ in (
         ("verify", cmd_verify, "recompute every hash; non-zero exit naming each missing or altered file"),

@@ -14,7 +14,7 @@ from draligned.cards import (
     load_card,
     validate_loaded,
 )
-from draligned.cli import construction
+from draligned.cli import add_command, construction
 
 
 def card_paths(paths: list[str]) -> list[Path]:
@@ -68,8 +68,7 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the `cards` command with its `validate` and `schema` subcommands."""
-    cards = sub.add_parser("cards", help="validate, export and construct factor cards",
-                           description="Factor cards: one matched counterfactual task per JSON file.")
+    cards = add_command(sub, "cards", description="Factor cards: one matched counterfactual task per JSON file.")
     cards_sub = cards.add_subparsers(dest="cards_command", required=True)
     validate = cards_sub.add_parser(
         "validate", help="check card files deterministically",

@@ -14,6 +14,7 @@ from draligned.cess.experiments import SimulationReport, simulate
 from draligned.cess.perspectrum import load_perspectrum
 from draligned.cess.searches import SearchSettings
 from draligned.cess.trajectory import TrajectoryError, load_trajectories
+from draligned.cli import add_command
 
 
 def _unit_interval(text: str) -> float:
@@ -267,7 +268,7 @@ def _run_bench_perspectrum(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add `cess estimate`, `cess simulate`, `cess bench perspectrum`, `cess export` and `cess pairs`."""
-    cess = sub.add_parser("cess", help="CESS candidate-pool estimates (estimate, simulate, bench)")
+    cess = add_command(sub, "cess")
     commands = cess.add_subparsers(dest="cess_command", required=True)
 
     est = commands.add_parser("estimate", help="pool estimates for logged trajectories (JSON Lines)")

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from draligned.archive.store import Archive
+from draligned.cli import add_command
 from draligned.evaluator.aggregate import STATES
 from draligned.evaluator.agreement import between_evaluators, between_reads
 from draligned.evaluator.batching import POLL_S
@@ -33,7 +34,7 @@ _PHASE_ALIASES: dict[str, Phase] = {"requests": "requests", "drafts": "draft", "
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    r = sub.add_parser("read", help="read an archive with an evaluator (idempotent, resumable)")
+    r = add_command(sub, "read")
     r.add_argument("archive")
     r.add_argument("--evaluator", required=True,
                    help="the evaluator's TOML file, or the id of a bundled one (e.g. sim-lexical-v1)")
@@ -46,7 +47,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--poll-s", type=float, default=POLL_S, help="with --batch: seconds between polls")
     r.add_argument("--no-verify", action="store_true", help=NO_VERIFY_HELP)
     r.set_defaults(func=cmd_read)
-    s = sub.add_parser("states", help="directional states from an evaluator's reads")
+    s = add_command(sub, "states")
     s.add_argument("archive")
     s.add_argument("--evaluator", required=True, help=EVALUATOR_HELP)
     s.add_argument("--json", action="store_true", help="one JSON object per (run, phase, document, axis)")
@@ -54,12 +55,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--pair", metavar="PAIR", help="one pair's decision chain (read 1 / read 2 -> decision -> state "
                                                   "per document, paper Table 22); ids as in the report's pair table")
     s.set_defaults(func=cmd_states)
-    a = sub.add_parser("agreement", help="exact agreement and Cohen's kappa per phase")
+    a = add_command(sub, "agreement")
     a.add_argument("archive")
     a.add_argument("--evaluators", required=True,
                    help="A,B (two evaluators) or A (read 1 vs read 2); each " + EVALUATOR_HELP)
     a.set_defaults(func=cmd_agreement)
-    v = sub.add_parser("review", help="blinded human review sheets")
+    v = add_command(sub, "review")
     vs = v.add_subparsers(dest="review_command", required=True)
     e = vs.add_parser("export", help="write a blinded sheet of document items")
     e.add_argument("archive")

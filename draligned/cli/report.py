@@ -6,13 +6,14 @@ import argparse
 import sys
 
 from draligned.analysis.plan import starter_plan
+from draligned.cli import add_command
 from draligned.cli.evaluate import EVALUATOR_HELP, NO_VERIFY_HELP
 from draligned.guards import archive_studies, open_archive
 from draligned.workflow import make_report
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("report", help="write the audit report (md, html, CSV, Parquet) of an archive")
+    p = add_command(sub, "report")
     p.add_argument("archive", help="archive root")
     p.add_argument("--plan", help="analysis plan TOML (default: a plan over the archive's own studies, said so; "
                                   "'draligned plan init ARCHIVE' prints it)")
@@ -22,7 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--show-sql", action="store_true", help="print every query the report ran")
     p.add_argument("--no-verify", action="store_true", help=NO_VERIFY_HELP + "; the report's manifest records it")
     p.set_defaults(func=cmd_report)
-    plan = sub.add_parser("plan", help="analysis plans")
+    plan = add_command(sub, "plan")
     plans = plan.add_subparsers(dest="plan_command", required=True)
     init = plans.add_parser("init", help="print a starting analysis plan for an archive's studies")
     init.add_argument("archive", help="archive root")

@@ -15,6 +15,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from draligned.cli import add_command
 from draligned.cli.cess_archive import pairs_text, pool_estimates_text
 from draligned.cli.evaluate import print_pair_matrix
 from draligned.demo import DEMO_PLAN, DemoResult, DemoStage, run_demo
@@ -31,7 +32,7 @@ _STAGE_NOTES = {
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("run", help="run a study (resumes: finished slots are skipped)")
+    p = add_command(sub, "run")
     p.add_argument("study", help="study TOML file")
     p.add_argument("--archive", help="archive root (overrides the study's `archive`)")
     p.add_argument("--cache", choices=CACHE_MODES, help="replay cache mode (overrides the study's `cache`)")
@@ -46,7 +47,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                                "ARCHIVE/acquisition); another archive's store is replayed "
                                                "read-only unless --acquisition says otherwise")
     p.set_defaults(func=cmd_run)
-    d = sub.add_parser("demo", help="run the bundled offline demo study with the simulated agent")
+    d = add_command(sub, "demo")
     d.add_argument("--out", required=True, help="output directory; the archive goes to OUT/archive")
     d.set_defaults(func=cmd_demo)
 

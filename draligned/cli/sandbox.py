@@ -13,12 +13,13 @@ import os
 import sys
 from pathlib import Path
 
+from draligned.cli import add_command
 from draligned.harness import load_contract
 from draligned.sandbox import SandboxLimits, SandboxUnavailable, bwrap_options, run_in_sandbox, sandbox_uid
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("sandbox", help="run a command in the H-W/H-D shell sandbox")
+    p = add_command(sub, "sandbox")
     s = p.add_subparsers(dest="sandbox_command", required=True)
     r = s.add_parser("run", help="run COMMAND with WORKSPACE_DIR at /workspace; exits with its exit code")
     r.add_argument("workspace", help="host directory bound read-write at /workspace")

@@ -1,4 +1,4 @@
-"""Bounded, visible retries for real model calls (tenacity drives them; SDK retries are off).
+"""Bounded, visible retries for real model calls (``draligned.backoff`` drives them; SDK retries are off).
 
 Every failed attempt becomes a ``ModelAttempt`` (error class, status, wait) that the run
 record keeps. 429, 5xx, timeouts and connection errors are retried with exponential
@@ -8,22 +8,16 @@ time; any other error fails at once. Retries resend the same body: the agent nev
 
 from __future__ import annotations
 
-import asyncio
-import datetime as dt
-import email.utils
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal, TypeVar
 
-import tenacity
 from pydantic import Field, field_validator, model_validator
 
+from draligned.backoff import retry_with_backoff, seconds_to_wait
 from draligned.records import ModelAttempt, Record
 
 T = TypeVar("T")
-
-#: The sleep between attempts; tests replace it to make waits instant (recorded waits are unchanged).
-SLEEP: Callable[[float], Awaitable[None]] = asyncio.sleep
 
 RETRYABLE_STATUS = frozenset({408, 409, 429})
 
@@ -111,13 +105,7 @@ def retry_after(headers: Mapping[str, str]) -> float | None:
         if (ms := headers.get("retry-after-ms")) is not None:
             return max(float(ms) / 1000, 0.0)
         value = headers.get("retry-after")
-        if value is None:
-            return None
-        try:
-            return max(float(value), 0.0)
-        except ValueError:
-            when = email.utils.parsedate_to_datetime(value)
-            return max((when - dt.datetime.now(dt.UTC)).total_seconds(), 0.0)
+        return None if value is None else seconds_to_wait(value)
     except (TypeError, ValueError):
         return None
 
@@ -148,29 +136,10 @@ async def call_with_retries(
                                          connection_limit=failure.connection_limit))
             raise AttemptFailed(failure) from exc
 
-    backoff = tenacity.wait_exponential_jitter(multiplier=policy.initial_wait_s, max=policy.max_wait_s,
-                                               jitter=policy.initial_wait_s)
-
-    def wait(state: tenacity.RetryCallState) -> float:
-        exc = state.outcome.exception() if state.outcome else None
-        asked = exc.failure.retry_after if isinstance(exc, AttemptFailed) else None
-        return max(backoff(state), asked or 0.0)
-
-    def record_wait(state: tenacity.RetryCallState) -> None:
-        attempts[-1] = attempts[-1].model_copy(update={"wait_s": round(state.upcoming_sleep, 3)})
-        if on_retry is not None:
-            on_retry()
-
-    retrying = tenacity.AsyncRetrying(
-        sleep=lambda s: SLEEP(s),
-        stop=tenacity.stop_after_attempt(policy.max_attempts) | tenacity.stop_before_delay(policy.max_total_s),
-        wait=wait,
-        retry=tenacity.retry_if_exception(lambda e: isinstance(e, AttemptFailed) and e.failure.retryable),
-        before_sleep=record_wait,
-        reraise=True,
-    )
     try:
-        result: T = await retrying(once)
+        result: T = await retry_with_backoff(
+            once, policy, attempts, lambda e: isinstance(e, AttemptFailed) and e.failure.retryable,
+            lambda e: e.failure.retry_after if isinstance(e, AttemptFailed) else None, on_retry)
     except AttemptFailed as exc:
         raise GaveUp(exc.failure, attempts) from exc
     return result, attempts

@@ -10,23 +10,18 @@ SDK made of it.
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
 import datetime as dt
-import email.utils
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
-import tenacity
 
+from draligned.backoff import retry_with_backoff, seconds_to_wait
 from draligned.records import ModelAttempt
 from draligned.tools.errors import ToolError
 from draligned.tools.search_spec import WebRetry
-
-#: The sleep between attempts; tests replace it to make waits instant (recorded waits are unchanged).
-SLEEP: Callable[[float], Awaitable[None]] = asyncio.sleep
 
 USER_AGENT = "draligned-reader/0.1 (research agent evaluation; one fixed user agent)"
 """The one user agent every web request sends (providers' SDKs send their own to their APIs)."""
@@ -144,22 +139,17 @@ async def exchange(call: Callable[[], Awaitable[object]], what: str) -> Exchange
 def retry_after(ex: Exchange) -> float | None:
     """Seconds the server asked to wait (``Retry-After``: seconds or an HTTP date), or None."""
     value = {k.lower(): v for k, v in ex.headers.items()}.get("retry-after")
-    if value is None:
-        return None
     try:
-        return max(float(value), 0.0)
-    except ValueError:
-        try:
-            when = email.utils.parsedate_to_datetime(value)
-        except (TypeError, ValueError):
-            return None
-        return max((when - dt.datetime.now(dt.UTC)).total_seconds(), 0.0)
+        return None if value is None else seconds_to_wait(value)
+    except (TypeError, ValueError):
+        return None
 
 
 async def with_retries(attempt: Callable[[], Awaitable[Exchange]], policy: WebRetry
                        ) -> tuple[Exchange | None, list[ModelAttempt], FetchFailed | None]:
-    """Run ``attempt`` with tenacity: a retryable failure (429, 5xx, timeout, connection error) is tried again
-    with exponential backoff and jitter, at least as long as ``Retry-After`` asks, within the policy's bounds.
+    """Run ``attempt`` through ``draligned.backoff``: a retryable failure (429, 5xx, timeout, connection error)
+    is tried again with exponential backoff and jitter, at least as long as ``Retry-After`` asks, within the
+    policy's bounds.
     Returns (the answer or None, failed attempts, the final failure or None)."""
     attempts: list[ModelAttempt] = []
 
@@ -172,23 +162,9 @@ async def with_retries(attempt: Callable[[], Awaitable[Exchange]], policy: WebRe
                                          status_code=ex.status if ex else None, detail=str(exc)[:500]))
             raise
 
-    backoff = tenacity.wait_exponential_jitter(multiplier=policy.initial_wait_s, max=policy.max_wait_s,
-                                               jitter=policy.initial_wait_s)
-
-    def wait(state: tenacity.RetryCallState) -> float:
-        exc = state.outcome.exception() if state.outcome else None
-        asked = retry_after(exc.exchange) if isinstance(exc, FetchFailed) and exc.exchange else None
-        return max(backoff(state), asked or 0.0)
-
-    def record_wait(state: tenacity.RetryCallState) -> None:
-        attempts[-1] = attempts[-1].model_copy(update={"wait_s": round(state.upcoming_sleep, 3)})
-
-    retrying = tenacity.AsyncRetrying(
-        sleep=lambda s: SLEEP(s),
-        stop=tenacity.stop_after_attempt(policy.max_attempts) | tenacity.stop_before_delay(policy.max_total_s),
-        wait=wait, retry=tenacity.retry_if_exception(lambda e: isinstance(e, FetchFailed) and e.retryable),
-        before_sleep=record_wait, reraise=True)
     try:
-        return await retrying(once), attempts, None
+        return await retry_with_backoff(
+            once, policy, attempts, lambda e: isinstance(e, FetchFailed) and e.retryable,
+            lambda e: retry_after(e.exchange) if isinstance(e, FetchFailed) and e.exchange else None), attempts, None
     except FetchFailed as exc:
         return None, attempts, exc
