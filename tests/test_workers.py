@@ -1,0 +1,109 @@
+"""``draligned run --workers N``: slots in worker processes, one archive, limits held across workers, and a
+study killed with SIGKILL mid-run resumed to exactly one finished run per slot."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from draligned.archive import Archive
+from draligned.cli import main
+from draligned.records import FINISHED
+from draligned.workers import lanes
+from tests.loopback_wire import WireServer
+from tests.study_helpers import REPO, write_study
+
+
+def test_the_study_concurrency_is_split_over_the_workers_and_bounds_them():
+    assert lanes(8, 2) == [4, 4] and lanes(7, 2) == [4, 3] and lanes(3, 8) == [1, 1, 1] and lanes(5, 1) == [5]
+
+
+def _finished_per_slot(archive: Archive) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for rec in archive.records():
+        if rec.status in FINISHED:
+            counts[rec.slot_id] = counts.get(rec.slot_id, 0) + 1
+    return counts
+
+
+@pytest.mark.slow
+def test_a_study_killed_mid_run_with_two_workers_resumes_to_one_finished_run_per_slot(tmp_path):
+    """kill -9 of the parent's whole process group (parent and both workers) once two runs are sealed, then
+    resume with two workers: every slot finished exactly once, the killed attempts kept, verify clean."""
+    study = write_study(tmp_path, ["car_insurance_2f_en.json", "career_mobility_en.json"], seeds=2,
+                        latency_s=0.02)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen([sys.executable, "-m", "draligned.cli", "run", str(study), "--workers", "2"],
+                            env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    runs = tmp_path / "archive" / "runs"
+    try:
+        deadline = time.monotonic() + 300  # a guard against a hang, not a timing
+        while len([p for p in runs.glob("*.json") if not p.name.endswith(".started.json")]) < 2:
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            assert time.monotonic() < deadline
+            time.sleep(0.005)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    archive = Archive(tmp_path / "archive")
+    killed = {p.name: p.read_bytes() for p in archive.record_paths()}
+    assert len(archive.started_paths()) > len(killed) >= 2  # really interrupted mid-study
+    assert main(["run", str(study), "--workers", "2"]) == 0
+    slots = 12  # car_insurance: 4 cells, career_mobility: 2 arms, 2 seeds each
+    assert _finished_per_slot(archive) == dict.fromkeys(_finished_per_slot(archive), 1)
+    assert len(_finished_per_slot(archive)) == slots
+    assert all(archive.runs_dir.joinpath(n).read_bytes() == b for n, b in killed.items())  # nothing lost
+    assert main(["archive", "verify", str(archive.root)]) == 0
+
+
+class CountingServer(WireServer):
+    """An openai-chat loopback server that counts the requests it is answering at once (each held briefly,
+    so that requests the limit lets through overlap)."""
+
+    def __init__(self) -> None:
+        super().__init__("openai-chat", ["submit"])
+        self.now, self.most, self.count_lock = 0, 0, threading.Lock()
+
+    def reply(self, kind: str, number: int) -> dict[str, Any]:
+        with self.count_lock:
+            self.now += 1
+            self.most = max(self.most, self.now)
+        time.sleep(0.05)
+        with self.count_lock:
+            self.now -= 1
+        return super().reply(kind, number)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("limit", ["2", '"auto"'])
+def test_a_model_connection_limit_holds_across_two_workers(tmp_path, monkeypatch, limit):
+    """max_connections = 2 (or adaptive from auto_start = 2 up to auto_max = 2) with 8 runs in flight over
+    two workers: the server never answers more than 2 requests at once, and does answer 2."""
+    monkeypatch.setenv("WORKERS_KEY", "sk-workers")
+    with CountingServer() as server:
+        study = tmp_path / "limit.toml"
+        study.write_text(f"""name = "limit"
+cards = ["{REPO / 'factor_cards' / 'travel_budget_en.json'}"]
+seeds = 8
+concurrency = 8
+archive = "archive"
+corpus = "{REPO / 'corpora' / 'demo' / 'corpus.jsonl'}"
+
+[[models]]
+name = "m"
+protocol = "openai-chat"
+model = "requested"
+base_url = "{server.base_url}"
+api_key_env = "WORKERS_KEY"
+retry = {{ max_connections = {limit}, auto_start = 2, auto_max = 2 }}
+""")
+        assert main(["run", str(study), "--workers", "2"]) == 0
+    assert len(server.log) == 16 and server.most == 2
+    assert len(_finished_per_slot(Archive(tmp_path / "archive"))) == 16
