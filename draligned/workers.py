@@ -33,6 +33,7 @@ import signal
 import sys
 import tempfile
 import traceback
+from collections.abc import Callable
 from multiprocessing.context import SpawnProcess
 from pathlib import Path
 from typing import Any
@@ -163,23 +164,29 @@ async def _serve(study: Study, search: StudySearch, models: dict[str, ModelAPI],
 
 
 class Channel:
-    """A worker's line to the parent: requests answered by id, and notices that need no answer."""
+    """A worker's line to the parent: requests answered by id, and notices that need no answer. When the
+    parent goes away (killed: the archive lock is free, so another ``run`` may start those slots) before
+    the worker closes the line, ``gone`` is called: the worker cancels its runs rather than finish them."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self._writer, self._ids = writer, itertools.count()
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, gone: Callable[[], Any]) -> None:
+        self._writer, self._ids, self._gone, self._closing = writer, itertools.count(), gone, False
         self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self._reading = asyncio.create_task(self._read(reader))
 
     async def _read(self, reader: asyncio.StreamReader) -> None:
-        while line := await reader.readline():
-            msg = json.loads(line)
-            self._pending.pop(msg["id"]).set_result(msg)
-        for fut in self._pending.values():  # the parent is gone: stop
+        with contextlib.suppress(ConnectionError):
+            while line := await reader.readline():
+                msg = json.loads(line)
+                self._pending.pop(msg["id"]).set_result(msg)
+        for fut in self._pending.values():
             fut.set_exception(ConnectionError("the study's parent process is gone"))
         self._pending.clear()
+        if not self._closing:
+            self._gone()
 
     def send(self, msg: dict[str, Any]) -> None:
-        self._writer.write(json.dumps(msg).encode() + b"\n")
+        if not self._reading.done():
+            self._writer.write(json.dumps(msg).encode() + b"\n")
 
     async def request(self, msg: dict[str, Any]) -> dict[str, Any]:
         if self._reading.done():
@@ -188,6 +195,13 @@ class Channel:
         fut = self._pending[rid] = asyncio.get_running_loop().create_future()
         self.send({**msg, "id": rid})
         return await fut
+
+    async def close(self) -> None:
+        """Flush what is written and close the line (the parent then sees this worker end)."""
+        self._closing = True
+        with contextlib.suppress(ConnectionError):
+            await self._writer.drain()
+        self._writer.close()
 
 
 def worker_main(study: Study, path: str, concurrency: int, names: list[str], shared: list[str]) -> None:
@@ -204,7 +218,7 @@ async def _work(study: Study, path: str, concurrency: int, names: set[str], shar
     assert main is not None
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, main.cancel)
     reader, writer = await asyncio.open_unix_connection(path, limit=LINE_LIMIT)
-    channel = Channel(reader, writer)
+    channel = Channel(reader, writer, main.cancel)
     try:
         search = open_study_search(study)
         try:
@@ -237,6 +251,4 @@ async def _work(study: Study, path: str, concurrency: int, names: set[str], shar
             channel.send({"op": "error", "message": traceback.format_exc()})
         raise
     finally:
-        with contextlib.suppress(ConnectionError):
-            await writer.drain()
-        writer.close()
+        await channel.close()
