@@ -4,7 +4,8 @@
 requests as the limit (additive increase); a 429 halves it (multiplicative decrease), within the
 declared bounds.
 Each call and failed attempt records the limit in force after it (``connection_limit``), so the
-archive shows the limit over the calls of the study.
+archive shows the limit over the calls of the study. With ``--workers N`` the parent's limit is the one
+limit; worker processes hold a ``SharedLimit`` that asks it (draligned.workers).
 """
 
 from __future__ import annotations
