@@ -107,3 +107,16 @@ retry = {{ max_connections = {limit}, auto_start = 2, auto_max = 2 }}
         assert main(["run", str(study), "--workers", "2"]) == 0
     assert len(server.log) == 16 and server.most == 2
     assert len(_finished_per_slot(Archive(tmp_path / "archive"))) == 16
+
+
+def test_a_bad_worker_count_is_refused_before_anything_runs(tmp_path, monkeypatch, capsys):
+    study = write_study(tmp_path, ["travel_budget_en.json"])
+    monkeypatch.setenv("DRALIGNED_WORKERS", "two")
+    assert main(["run", str(study)]) == 2
+    assert "error: environment variable DRALIGNED_WORKERS: must be a whole number from 1 to 256 (got 'two')" \
+        in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_code:
+        main(["run", str(study), "--workers", "0"])
+    assert exit_code.value.code == 2 and "--workers: must be a whole number from 1 to 256 (got '0')" \
+        in capsys.readouterr().err
+    assert not (tmp_path / "archive").exists()
