@@ -3,6 +3,7 @@ study killed with SIGKILL mid-run resumed to exactly one finished run per slot."
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -15,6 +16,7 @@ import pytest
 
 from draligned.archive import Archive
 from draligned.cli import main
+from draligned.models.limits import ConnectionLimit, Outcome, SharedLimit
 from draligned.records import FINISHED
 from draligned.workers import lanes
 from tests.loopback_wire import WireServer
@@ -82,10 +84,9 @@ class CountingServer(WireServer):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("limit", ["2", '"auto"'])
-def test_a_model_connection_limit_holds_across_two_workers(tmp_path, monkeypatch, limit):
-    """max_connections = 2 (or adaptive from auto_start = 2 up to auto_max = 2) with 8 runs in flight over
-    two workers: the server never answers more than 2 requests at once, and does answer 2."""
+def test_a_model_connection_limit_holds_across_two_workers(tmp_path, monkeypatch):
+    """max_connections = 2 with 8 runs in flight over two processes (4 lanes each, so a limit per process
+    would let 4 through): the server never answers more than 2 requests at once, and does answer 2."""
     monkeypatch.setenv("WORKERS_KEY", "sk-workers")
     with CountingServer() as server:
         study = tmp_path / "limit.toml"
@@ -102,7 +103,7 @@ protocol = "openai-chat"
 model = "requested"
 base_url = "{server.base_url}"
 api_key_env = "WORKERS_KEY"
-retry = {{ max_connections = {limit}, auto_start = 2, auto_max = 2 }}
+retry = {{ max_connections = 2 }}
 """)
         assert main(["run", str(study), "--workers", "2"]) == 0
     assert len(server.log) == 16 and server.most == 2
@@ -120,3 +121,31 @@ def test_a_bad_worker_count_is_refused_before_anything_runs(tmp_path, monkeypatc
     assert exit_code.value.code == 2 and "--workers: must be a whole number from 1 to 256 (got '0')" \
         in capsys.readouterr().err
     assert not (tmp_path / "archive").exists()
+
+
+def test_shared_limits_of_two_workers_count_against_one_adaptive_limit():
+    """Two workers' SharedLimits over the parent's one adaptive limit (start 2, max 4): the third acquire
+    waits for a release from either, successes from both raise the limit, a 429 from one halves it for all."""
+    held = ConnectionLimit(2, 1, 4)
+
+    async def ask(op: str, model: str, outcome: Outcome | None) -> int:
+        assert model == "m"
+        await (held.acquire() if op == "acquire" else held.release(outcome or "failed"))
+        return held.limit
+
+    async def scenario() -> None:
+        a, b = SharedLimit(ask, "m", adaptive=True), SharedLimit(ask, "m", adaptive=True)
+        await a.acquire()
+        await b.acquire()
+        third = asyncio.create_task(a.acquire())
+        await asyncio.sleep(0)
+        assert not third.done()  # 2 in flight across both workers
+        await b.release("ok")
+        await third
+        await a.release("ok")
+        assert a.limit == 3  # two successes (one from each worker) at limit 2: +1
+        await a.release("throttled")
+        await b.acquire()
+        assert b.limit == 1 and a.adaptive and b.adaptive
+
+    asyncio.run(scenario())
