@@ -21,6 +21,7 @@ from draligned.records import FINISHED
 from draligned.workers import lanes
 from tests.loopback_wire import WireServer
 from tests.study_helpers import REPO, write_study
+from tests.test_gateway import sim_study  # the priced sim study of the cost-cap checks
 
 
 def test_the_study_concurrency_is_split_over_the_workers_and_bounds_them():
@@ -149,3 +150,19 @@ def test_shared_limits_of_two_workers_count_against_one_adaptive_limit():
         assert b.limit == 1 and a.adaptive and b.adaptive
 
     asyncio.run(scenario())
+
+
+@pytest.mark.slow
+def test_the_study_cost_cap_holds_across_two_workers_and_a_later_run_resumes(tmp_path, capsys):
+    """One lane per process, every run costs more than the cap: the parent counts every process's runs, so
+    once one has ended no process starts another (at most the two that started together finish)."""
+    path = sim_study(tmp_path, "max_cost_usd = 1.0")
+    path.write_text(path.read_text().replace("concurrency = 1", "concurrency = 2"))
+    assert main(["run", str(path), "--workers", "2"]) == 1
+    out = capsys.readouterr().out
+    records = Archive(tmp_path / "archive").records()
+    assert 1 <= len(records) <= 2 and all(r.counters.cost_usd and r.counters.cost_usd > 1.0 for r in records)
+    assert f"not started: {6 - len(records)} slot(s): study cost cap reached" in out
+    path.write_text(path.read_text().replace("max_cost_usd = 1.0", "max_cost_usd = 1000.0"))
+    assert main(["run", str(path), "--workers", "2"]) == 0
+    assert len(_finished_per_slot(Archive(tmp_path / "archive"))) == 6
