@@ -8,6 +8,10 @@ Two rules keep a study from starting runs that cannot help: once the study's ``m
 spent (its archived runs and the running ones counted) no new run starts, and once a model's runs
 failed to connect ``retry.stop_after_connection_failures`` times in a row no new run of that model
 starts. Running runs finish; the slots not started stay unstarted, so a later ``run`` resumes them.
+
+Both rules live in ``Dispatch``, which hands the slots out one at a time to the lanes of ``run_slots``: on
+this event loop (``in_process``), or in worker processes too (draligned.workers). A study keeps each ended
+run's ``RunOutcome``, not its record, so its memory does not grow with the runs.
 """
 
 from __future__ import annotations
