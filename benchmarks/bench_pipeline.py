@@ -49,8 +49,8 @@ def main() -> None:
         t_index = time.perf_counter() - t0
         size = sum(p.stat().st_size for p in result.archive.root.rglob("*") if p.is_file())
     print(json.dumps({
-        "runs": len(result.records), "run_s": round(t_run, 2),
-        "runs_per_s": round(len(result.records) / t_run, 1), "verify_s": round(t_verify, 2),
+        "runs": len(result.runs), "run_s": round(t_run, 2),
+        "runs_per_s": round(len(result.runs) / t_run, 1), "verify_s": round(t_verify, 2),
         "verify_problems": len(problems), "reindex_s": round(t_index, 2),
         "archive_mb": round(size / 2**20, 1),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),

@@ -8,18 +8,27 @@ Two rules keep a study from starting runs that cannot help: once the study's ``m
 spent (its archived runs and the running ones counted) no new run starts, and once a model's runs
 failed to connect ``retry.stop_after_connection_failures`` times in a row no new run of that model
 starts. Running runs finish; the slots not started stay unstarted, so a later ``run`` resumes them.
+
+Both rules live in ``Dispatch``, which hands the slots out one at a time to the lanes of ``run_slots``: on
+this event loop (``in_process``), or in worker processes too (draligned.workers). A study keeps each ended
+run's ``RunOutcome``, not its record, so its memory does not grow with the runs.
 """
 
 from __future__ import annotations
 
 import asyncio
 import fcntl
+import functools
 import os
 import secrets
-from collections import Counter
-from collections.abc import Callable
+from collections import Counter, deque
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from pydantic import TypeAdapter, ValidationError
+from typing_extensions import TypedDict
 
 from draligned.archive import Archive
 from draligned.archive.store import remove_stale_temp_files
@@ -39,6 +48,34 @@ from draligned.tools.web import WebConfigError
 LOCK_NAME = ".run.lock"
 
 
+@dataclass(frozen=True, slots=True)
+class RunOutcome:
+    """What the study keeps of a run that ended (about 0.2 KB, not its ~77 KB record, which is in the archive):
+    enough for the summary, the cost cap and the stop-after-connection-failures rule."""
+
+    run_id: str
+    """The run's id (its record is ``ARCHIVE/runs/<run_id>.json``)."""
+    slot_id: str
+    """The slot it ran."""
+    model: str
+    """The study's model name."""
+    status: str
+    """How it ended: completed, budget_exhausted or failed."""
+    status_reason: str | None
+    """Why, for a failed or budget-exhausted run."""
+    cost_usd: float | None
+    """Its priced calls' cost; None when unpriced."""
+    connection_failed: bool
+    """It failed because its model could not be reached (see ``connection_failed``)."""
+    reached_model: bool
+    """It got at least one reply from its model over the network."""
+
+    @classmethod
+    def of(cls, record: RunRecord) -> RunOutcome:
+        return cls(record.run_id, record.slot_id, record.slot.model, record.status, record.status_reason,
+                   record.counters.cost_usd, connection_failed(record), reached_model(record))
+
+
 @dataclass
 class StudyResult:
     """What a study run did."""
@@ -47,7 +84,8 @@ class StudyResult:
     slots: int
     skipped: int
     statuses: Counter = field(default_factory=Counter)
-    records: list[RunRecord] = field(default_factory=list)
+    runs: list[RunOutcome] = field(default_factory=list)
+    """The runs this invocation ended, in the order they ended (their records are in the archive)."""
     not_started: dict[str, str] = field(default_factory=dict)
     """Slot id -> why it was not started (study cost cap reached, model unreachable); a later run resumes it."""
     spent_usd: float | None = None
@@ -67,7 +105,7 @@ class RunProgress:
     """Runs this invocation starts (finished slots are skipped, not counted)."""
     done: int
     """Runs ended so far."""
-    record: RunRecord | None = None
+    run: RunOutcome | None = None
     """The run that just ended; None in the first event and in live updates."""
     completed: int = 0
     """Runs ended ``completed`` or ``budget_exhausted`` so far."""
@@ -85,10 +123,33 @@ ProgressCallback = Callable[[RunProgress], None]
 """Receives every RunProgress of a study run."""
 
 
+class _Head(TypedDict):
+    """The fields of an archived run record that planning needs (the rest, events above all, is skipped)."""
+
+    slot_id: str
+    status: str
+    slot: dict[str, Any]
+    counters: dict[str, Any]
+
+
+_HEAD = TypeAdapter(_Head)
+
+
+def archived_heads(archive: Archive, started: bool = False) -> Iterator[_Head]:
+    """The planning fields of each final run record (or started marker), one file at a time: a study of
+    20,000 runs is planned without holding 20,000 parsed records."""
+    for path in archive.started_paths() if started else archive.record_paths():
+        try:
+            yield _HEAD.validate_json(path.read_bytes())
+        except ValidationError:
+            archive.load_record(path)  # raises the ArchiveError naming the file
+            raise
+
+
 def plan_resume(archive: Archive, slots: list[Slot]) -> tuple[list[Slot], dict[str, int]]:
     """(slots still to run, attempts already started per slot id)."""
-    finished = {r.slot_id for r in archive.records() if r.status in FINISHED}
-    attempts = Counter(r.slot_id for r in archive.started())
+    finished = {r["slot_id"] for r in archived_heads(archive) if r["status"] in FINISHED}
+    attempts = Counter(r["slot_id"] for r in archived_heads(archive, started=True))
     return [s for s in slots if s.slot_id not in finished], dict(attempts)
 
 
@@ -104,9 +165,9 @@ def reached_model(record: RunRecord) -> bool:
     return any(isinstance(e, ModelCallEvent) and not e.cache_hit for e in record.events)
 
 
-def study_cost(records: list[RunRecord], study: str) -> float:
+def study_cost(archive: Archive, study: str) -> float:
     """What the archived runs of ``study`` cost (unpriced runs count 0)."""
-    return sum(r.counters.cost_usd or 0.0 for r in records if r.slot.study == study)
+    return sum(r["counters"].get("cost_usd") or 0.0 for r in archived_heads(archive) if r["slot"]["study"] == study)
 
 
 async def _run_slot(study: Study, archive: Archive, slot: Slot, attempt: int, model: ModelAPI,
@@ -133,26 +194,192 @@ async def _run_slot(study: Study, archive: Archive, slot: Slot, attempt: int, mo
     return await executor_for(slot.harness)(setup, search.backend_for(slot, writer)).run()
 
 
-async def run_study(study: Study, progress: ProgressCallback | None = None, verify: bool = True) -> StudyResult:
-    """Run every unfinished slot of ``study`` with bounded concurrency, telling ``progress`` how far it is;
-    ``verify`` False skips checking the run records' hashes first (``--no-verify``)."""
-    archive = Archive(study.archive_root)
+def open_study_search(study: Study) -> StudySearch:
+    """The study's search backend (corpus, pools or web); a StudyError naming the field when it cannot open."""
     spec = study.spec.search
     try:
-        search = open_search(spec, study.corpus_path, study.pool_paths, study.acquisition_root)
+        return open_search(spec, study.corpus_path, study.pool_paths, study.acquisition_root)
     except ValueError as exc:  # CorpusError, PoolFileError, unscored pools, WebConfigError (missing key, SDK)
         where = "corpus" if spec.backend == "corpus" else "search.pools"
         if isinstance(exc, WebConfigError):
             where = f"search.{exc.field}"
         raise StudyError(f"{study.path}: field {where}: {exc}") from exc
+
+
+def prepare_models(study: Study, names: set[str]) -> dict[str, ModelAPI]:
+    """The study's models named in ``names``, behind the replay cache when the study has one; a missing key
+    fails here, before any run starts (and before any file is made)."""
+    models = {m.name: get_model(m) for m in study.spec.models if m.name in names}
+    if study.spec.cache != "off":
+        cache = ReplayCache(study.cache_root, study.spec.cache)
+        models = {name: CachedModel(m, cache) for name, m in models.items()}
+    for m in models.values():
+        m.check_ready()
+    return models
+
+
+Take = Callable[[float], Awaitable["tuple[Slot, int] | None"]]
+"""Asked for the next (slot, attempt) to run, with the cost of the caller's running runs; None: no more."""
+End = Callable[[RunOutcome, float], Awaitable[None]]
+"""Told each run that ended, with the cost of the caller's runs still running."""
+Retrying = Callable[[str, int], None]
+"""Told +1 / -1 with a slot id when that run's current model call starts / stops retrying."""
+
+
+async def run_slots(study: Study, archive: Archive, search: StudySearch, models: dict[str, ModelAPI],
+                    take: Take, end: End, concurrency: int, retrying: Retrying | None = None) -> None:
+    """Run slots in this process, ``concurrency`` at a time, until ``take`` has no more: each of
+    ``concurrency`` lanes takes its next slot when its run ends (a queue, so a slow slot holds up no one),
+    runs it with its own writer and passes its RunOutcome to ``end``. Knows nothing of the cost cap or the
+    lock: whoever supplies ``take`` decides (Dispatch in one process, draligned.workers across processes)."""
+    running: dict[str, RunRecord] = {}
+
+    def live() -> float:
+        return sum(r.counters.cost_usd or 0.0 for r in running.values())
+
+    async def lane() -> None:
+        while (got := await take(live())) is not None:
+            slot, attempt = got
+            if retrying is not None:
+                RETRY_LISTENER.set(functools.partial(retrying, slot.slot_id))  # this lane's calls only
+            rec = await _run_slot(study, archive, slot, attempt, models[slot.model], search, running)
+            running.pop(rec.run_id, None)
+            await end(RunOutcome.of(rec), live())
+
+    await asyncio.gather(*(lane() for _ in range(concurrency)))
+
+
+async def run_slot_list(study: Study, slots: list[tuple[Slot, int]], concurrency: int | None = None) \
+        -> list[RunOutcome]:
+    """Run the given (slot, attempt) pairs of ``study`` in this process (at most ``concurrency`` at once,
+    default the study's) into its archive and return their outcomes: the engine-free unit a scheduler
+    (a Ray task, a shard) calls. It takes no lock, applies no cost cap and does not reindex: the caller
+    that planned the slots does."""
+    archive, search = Archive(study.archive_root), open_study_search(study)
+    queue, outcomes = deque(slots), []
+
+    async def take(_running: float) -> tuple[Slot, int] | None:
+        return queue.popleft() if queue else None
+
+    async def end(outcome: RunOutcome, _running: float) -> None:
+        outcomes.append(outcome)
+
     try:
-        return await _run_with(study, archive, search, progress, verify)
+        models = prepare_models(study, {s.model for s, _ in slots})
+        await run_slots(study, archive, search, models, take, end, concurrency or study.spec.concurrency)
+    finally:
+        await search.aclose()
+    return outcomes
+
+
+class Dispatch:
+    """The study-wide side of a run: hands out the slots still to do one at a time, starts none once the
+    study's cost cap is spent or while its model is unreachable, counts every run that ended and tells
+    ``progress``. The same in one process and across worker processes (each a ``source``)."""
+
+    def __init__(self, study: Study, todo: list[Slot], attempts: dict[str, int], result: StudyResult,
+                 models: dict[str, ModelAPI], earlier: float, progress: ProgressCallback | None) -> None:
+        self.study, self.result, self.progress, self.earlier = study, result, progress, earlier
+        self.total = len(todo)
+        self.priced = any(m.declaration.price is not None for m in models.values())
+        self._queue, self._attempts = deque(todo), attempts
+        self._stop_after = {n: m.declaration.retry.stop_after_connection_failures for n, m in models.items()}
+        self._ended_cost = 0.0
+        self._running_cost: dict[int, float] = {}  # source -> cost of its running runs, as it last said
+        self._retrying: Counter[str] = Counter()
+        self._refused: Counter[str] = Counter()  # consecutive runs per model that could not connect
+        self._stopped: dict[str, str] = {}  # model -> why no new run of it starts
+
+    def cost(self) -> float:
+        """This invocation's runs so far, running ones included."""
+        return round(self._ended_cost + sum(self._running_cost.values()), 8)
+
+    def take(self, source: int = 0, running: float = 0.0) -> tuple[Slot, int] | None:
+        """The next slot that may start, with its attempt number; slots that may not are set aside as
+        not started (with why). None when none is left."""
+        self._running_cost[source] = running
+        cap = self.study.spec.max_cost_usd
+        while self._queue:
+            slot = self._queue.popleft()
+            spent = self.earlier + self.cost()
+            why = (f"study cost cap reached: ${spent:.4f} spent of max_cost_usd ${cap:g}"
+                   if cap is not None and spent >= cap else self._stopped.get(slot.model))
+            if why is None:
+                return slot, self._attempts.get(slot.slot_id, 0) + 1
+            self.result.not_started[slot.slot_id] = why
+            self.tell()
+        return None
+
+    def end(self, outcome: RunOutcome, source: int = 0, running: float = 0.0) -> None:
+        """Count a run that ended; after ``stop_after_connection_failures`` consecutive unreachable runs of
+        its model, start no more of that model."""
+        self._running_cost[source] = running
+        self._ended_cost += outcome.cost_usd or 0.0
+        self.result.runs.append(outcome)
+        self.result.statuses[outcome.status] += 1
+        name = outcome.model
+        if outcome.reached_model:
+            self._refused[name] = 0
+        elif outcome.connection_failed:
+            self._refused[name] += 1
+            if self._refused[name] >= self._stop_after[name] and name not in self._stopped:
+                self._stopped[name] = (f"model {name!r} unreachable: {self._stop_after[name]} consecutive runs "
+                                       f"failed to connect (last: {outcome.status_reason})")
+        self.tell(outcome)
+
+    def retrying(self, slot_id: str, delta: int) -> None:
+        self._retrying[slot_id] += delta
+        self.tell()
+
+    def tell(self, outcome: RunOutcome | None = None) -> None:
+        if self.progress is None:
+            return
+        statuses = self.result.statuses
+        self.progress(RunProgress(
+            study=self.study.spec.name, total=self.total, done=sum(statuses.values()), run=outcome,
+            completed=sum(statuses[s] for s in FINISHED), failed=statuses["failed"],
+            retrying=sum(1 for n in self._retrying.values() if n > 0), not_started=len(self.result.not_started),
+            cost_usd=self.cost() if self.priced else None))
+
+    def close(self) -> None:
+        """Record the cap and what the study's runs in the archive cost in the result."""
+        self.result.cap_usd = self.study.spec.max_cost_usd
+        self.result.spent_usd = round(self.earlier + self._ended_cost, 8) if self.priced else None
+
+
+Execute = Callable[[Study, StudySearch, dict[str, ModelAPI], Dispatch], Awaitable[None]]
+"""Runs the slots ``Dispatch`` hands out: in this process (``in_process``) or in worker processes
+(draligned.workers)."""
+
+
+async def in_process(study: Study, search: StudySearch, models: dict[str, ModelAPI], dispatch: Dispatch) -> None:
+    """All of a study's runs on this process's event loop, ``concurrency`` at a time (``--workers 1``)."""
+
+    async def take(running: float) -> tuple[Slot, int] | None:
+        return dispatch.take(0, running)
+
+    async def end(outcome: RunOutcome, running: float) -> None:
+        dispatch.end(outcome, 0, running)
+
+    await run_slots(study, Archive(study.archive_root), search, models, take, end, study.spec.concurrency,
+                    dispatch.retrying)
+
+
+async def run_study(study: Study, progress: ProgressCallback | None = None, verify: bool = True,
+                    execute: Execute = in_process) -> StudyResult:
+    """Run every unfinished slot of ``study`` with bounded concurrency through ``execute`` (default: on
+    this event loop), telling ``progress`` how far it is; ``verify`` False skips checking the run records'
+    hashes first (``--no-verify``)."""
+    archive = Archive(study.archive_root)
+    search = open_study_search(study)
+    try:
+        return await _run_with(study, archive, search, progress, verify, execute)
     finally:
         await search.aclose()
 
 
 async def _run_with(study: Study, archive: Archive, search: StudySearch,
-                    progress: ProgressCallback | None, verify: bool) -> StudyResult:
+                    progress: ProgressCallback | None, verify: bool, execute: Execute) -> StudyResult:
     slots = study.slots(search.sha256)
     todo, _ = plan_resume(archive, slots)  # what the checks below prepare for; planned again under the lock
     sandboxed = sorted({s.harness for s in todo if executor_for(s.harness).needs_sandbox})
@@ -162,15 +389,10 @@ async def _run_with(study: Study, archive: Archive, search: StudySearch,
         except SandboxUnavailable as exc:
             raise StudyError(f"{study.path}: harnesses {', '.join(sandboxed)} run their shell in a sandbox "
                              f"and refuse to start without one (no unsandboxed fallback): {exc}") from exc
-    models = {m.name: get_model(m) for m in study.spec.models if any(s.model == m.name for s in todo)}
-    if study.spec.cache != "off":
-        cache = ReplayCache(study.cache_root, study.spec.cache)
-        models = {name: CachedModel(m, cache) for name, m in models.items()}
-    for m in models.values():
-        m.check_ready()  # a missing key fails this study before any run starts (and before any file is made)
+    models = prepare_models(study, {s.model for s in todo})
     lock = _lock_archive(archive)  # also when nothing is left to do: planning reads what other runs write
     try:
-        result = await _run_locked(study, archive, search, slots, models, verify, progress)
+        result = await _run_locked(study, archive, search, slots, models, verify, progress, execute)
         rebuild(archive)  # still under the run lock, so no other run's records arrive meanwhile
     finally:
         os.close(lock)
@@ -178,7 +400,8 @@ async def _run_with(study: Study, archive: Archive, search: StudySearch,
 
 
 async def _run_locked(study: Study, archive: Archive, search: StudySearch, slots: list[Slot],
-                      models: dict[str, ModelAPI], verify: bool, progress: ProgressCallback | None) -> StudyResult:
+                      models: dict[str, ModelAPI], verify: bool, progress: ProgressCallback | None,
+                      execute: Execute) -> StudyResult:
     """Check the run records, clean what killed runs left, plan again and run every slot still to do (only
     those of the prepared ``models``: a slot that became unfinished meanwhile waits for the next run)."""
     check_intact(archive, verify, records_only=True)  # a damaged record would pass for a finished slot
@@ -187,7 +410,23 @@ async def _run_locked(study: Study, archive: Archive, search: StudySearch, slots
     todo, attempts = plan_resume(archive, slots)
     todo = [s for s in todo if s.model in models]
     result = StudyResult(archive=archive, slots=len(slots), skipped=len(slots) - len(todo))
-    await _run_todo(study, archive, search, models, todo, attempts, result, progress)
+    if todo:
+        # Provenance: the exact study, card and contract bytes every run names by hash.
+        archive.put_blob(study.path.read_bytes())
+        for lc in study.cards:
+            if archive.put_blob(Path(lc.path).read_bytes()) != lc.file_sha256:
+                raise StudyError(f"{lc.path}: card file changed while the study was starting")
+        for c in study.contracts.values():
+            archive.put_blob(c.raw)
+    priced = any(m.declaration.price is not None for m in models.values())
+    earlier = study_cost(archive, study.spec.name) if priced else 0.0
+    dispatch = Dispatch(study, todo, attempts, result, models, earlier, progress)
+    dispatch.tell()
+    try:
+        if todo:
+            await execute(study, search, models, dispatch)
+    finally:
+        dispatch.close()
     return result
 
 
@@ -206,81 +445,3 @@ def _lock_archive(archive: Archive) -> int:
         raise StudyError(f"{archive.root}: another 'draligned run' is writing to this archive; let it finish "
                          f"(running the same study twice at once would run its slots twice)") from None
     return fd
-
-
-async def _run_todo(study: Study, archive: Archive, search: StudySearch, models: dict[str, ModelAPI],
-                    todo: list[Slot], attempts: dict[str, int], result: StudyResult,
-                    progress: ProgressCallback | None) -> None:
-    """Archive the study's provenance files and run the slots still to do, with bounded concurrency."""
-    if todo:
-        # Provenance: the exact study, card and contract bytes every run names by hash.
-        archive.put_blob(study.path.read_bytes())
-        for lc in study.cards:
-            if archive.put_blob(Path(lc.path).read_bytes()) != lc.file_sha256:
-                raise StudyError(f"{lc.path}: card file changed while the study was starting")
-        for c in study.contracts.values():
-            archive.put_blob(c.raw)
-    gate = asyncio.Semaphore(study.spec.concurrency)
-    priced = any(m.declaration.price is not None for m in models.values())
-    cap = study.spec.max_cost_usd
-    earlier = study_cost(archive.records(), study.spec.name) if priced else 0.0
-    running: dict[str, RunRecord] = {}
-    ended: list[RunRecord] = []
-    retrying: Counter[str] = Counter()
-    refused: Counter[str] = Counter()  # consecutive runs per model that could not connect
-    stopped: dict[str, str] = {}  # model -> why no new run of it starts
-
-    def cost() -> float:
-        return round(sum(r.counters.cost_usd or 0.0 for r in (*ended, *running.values())), 8)
-
-    def tell(record: RunRecord | None = None) -> None:
-        if progress is not None:
-            progress(RunProgress(
-                study=study.spec.name, total=len(todo), done=len(ended), record=record,
-                completed=sum(r.status in FINISHED for r in ended), failed=sum(r.status == "failed" for r in ended),
-                retrying=sum(1 for n in retrying.values() if n > 0), not_started=len(result.not_started),
-                cost_usd=cost() if priced else None))
-
-    def why_not(slot: Slot) -> str | None:
-        if cap is not None and earlier + cost() >= cap:
-            return f"study cost cap reached: ${earlier + cost():.4f} spent of max_cost_usd ${cap:g}"
-        return stopped.get(slot.model)
-
-    async def one(slot: Slot) -> RunRecord | None:
-        async with gate:
-            if (why := why_not(slot)) is not None:
-                result.not_started[slot.slot_id] = why
-                tell()
-                return None
-            key = slot.slot_id
-
-            def listen(delta: int) -> None:
-                retrying[key] += delta
-                tell()
-            RETRY_LISTENER.set(listen)  # this task's own context: only this run's calls tell it
-            rec = await _run_slot(study, archive, slot, attempts.get(slot.slot_id, 0) + 1,
-                                  models[slot.model], search, running)
-            running.pop(rec.run_id, None)
-            ended.append(rec)
-            _count_connection(rec, slot.model, models[slot.model], refused, stopped)
-        tell(rec)
-        return rec
-
-    tell(None)
-    result.records = [r for r in await asyncio.gather(*(one(s) for s in todo)) if r is not None]
-    result.statuses.update(r.status for r in result.records)
-    result.cap_usd = cap
-    result.spent_usd = round(earlier + cost(), 8) if priced else None
-
-
-def _count_connection(rec: RunRecord, name: str, model: ModelAPI, refused: Counter[str],
-                      stopped: dict[str, str]) -> None:
-    """Count consecutive unreachable runs of a model; at its limit, stop starting its runs."""
-    if reached_model(rec):
-        refused[name] = 0
-    elif connection_failed(rec):
-        refused[name] += 1
-        limit = model.declaration.retry.stop_after_connection_failures
-        if refused[name] >= limit and name not in stopped:
-            stopped[name] = (f"model {name!r} unreachable: {limit} consecutive runs failed to connect "
-                             f"(last: {rec.status_reason})")

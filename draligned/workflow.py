@@ -29,6 +29,7 @@ from draligned.models.batch import BatchStatus
 from draligned.models.cache import CacheMode
 from draligned.runner import ProgressCallback, StudyResult, run_study
 from draligned.study import StudyError, load_study
+from draligned.workers import in_workers
 
 STUDY_ERRORS = (StudyError, CardError, ContractError, ModelError, ArchiveError)
 """What a study run raises for bad input or a damaged or locked archive (the CLI's exit 2), not a bug."""
@@ -73,11 +74,12 @@ def _sigterm_as_interrupt() -> Iterator[list[int]]:
 def run_study_file(path: str | Path, archive: str | Path | None = None, cache: CacheMode | None = None,
                    cache_dir: str | Path | None = None, progress: ProgressCallback | None = None,
                    verify: bool = True, acquisition: CacheMode | None = None,
-                   acquisition_store: str | Path | None = None) -> StudyResult:
+                   acquisition_store: str | Path | None = None, workers: int = 1) -> StudyResult:
     """Load a study (``archive``, ``cache`` and ``cache_dir`` override its fields; ``acquisition`` and
     ``acquisition_store`` its ``[search]`` store mode and directory) and run it (``verify`` False skips
     checking the archive's run records first). A store named without a mode is replayed read-only: another
-    archive's store is read, never written.
+    archive's store is read, never written. ``workers`` above 1 runs the slots in that many worker processes
+    (draligned.workers).
 
     Raises one of STUDY_ERRORS, or StudyInterrupted on Ctrl-C or SIGTERM.
     """
@@ -96,7 +98,7 @@ def run_study_file(path: str | Path, archive: str | Path | None = None, cache: C
         study.spec.search.cache = acquisition
     with _sigterm_as_interrupt() as terminated:
         try:
-            return asyncio.run(run_study(study, progress, verify))
+            return asyncio.run(run_study(study, progress, verify, in_workers(workers)))
         except KeyboardInterrupt:
             interrupted = Archive(study.archive_root)
             if interrupted.root.is_dir():

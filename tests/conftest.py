@@ -69,6 +69,13 @@ def _no_network(monkeypatch: pytest.MonkeyPatch) -> None:
     _guard_network(monkeypatch)
 
 
+@pytest.fixture(autouse=True)
+def _one_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``draligned run`` without ``--workers`` runs on one event loop: the suite already runs on every core
+    (pytest-xdist), and a spawned worker process per run would cost seconds. Tests of ``--workers`` say N."""
+    monkeypatch.setenv("DRALIGNED_WORKERS", "1")
+
+
 @pytest.fixture
 def web_key(monkeypatch: pytest.MonkeyPatch) -> None:
     """The web backends' test key in the variable the web test studies name."""

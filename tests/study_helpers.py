@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from draligned.records import RunRecord
 from draligned.runner import StudyResult, run_study
 from draligned.study import load_study
 
@@ -59,3 +60,8 @@ latency_s = {latency_s}
 def run(path: Path) -> StudyResult:
     """Run a study file to completion."""
     return asyncio.run(run_study(load_study(path)))
+
+
+def records(result: StudyResult) -> list[RunRecord]:
+    """The archived records of the runs a study run ended (the result keeps only their outcomes)."""
+    return [result.archive.find_run(run.run_id) for run in result.runs]

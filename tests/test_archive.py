@@ -20,7 +20,7 @@ from draligned.indexing import rebuild, verify
 from draligned.runner import plan_resume
 from draligned.study import load_study
 from draligned.tools.corpus import load_corpus
-from tests.study_helpers import run, write_study
+from tests.study_helpers import records, run, write_study
 
 
 @pytest.fixture(scope="module")
@@ -111,7 +111,7 @@ def test_rerun_skips_completed_slots_with_zero_model_calls(small_archive):
     study, archive = small_archive
     before = sorted(p.name for p in archive.runs_dir.iterdir())
     result = run(study)
-    assert result.skipped == 2 and result.records == []
+    assert result.skipped == 2 and result.runs == []
     assert sorted(p.name for p in archive.runs_dir.iterdir()) == before
 
 
@@ -122,7 +122,7 @@ def test_interrupted_run_is_rerun_as_new_attempt_and_old_attempt_kept(tmp_path):
     slots = loaded.slots(load_corpus(loaded.corpus_path).sha256)
     # Simulate a crash: a started marker for slot 0 and no final record.
     result = run(study)
-    first = {r.slot_id: r for r in result.records}
+    first = {r.slot_id: r for r in records(result)}
     crashed = first[slots[0].slot_id].model_copy(update={"run_id": "rcrashed0000", "status": "started"})
     archive.write_started(crashed)
     for p in archive.record_paths():  # forget that slot 0 finished
@@ -132,7 +132,7 @@ def test_interrupted_run_is_rerun_as_new_attempt_and_old_attempt_kept(tmp_path):
     todo, attempts = plan_resume(archive, slots)
     assert [s.slot_id for s in todo] == [slots[0].slot_id]
     again = run(study)
-    (new,) = again.records
+    (new,) = records(again)
     assert new.slot_id == slots[0].slot_id and new.attempt == attempts[slots[0].slot_id] + 1
     assert (archive.runs_dir / "rcrashed0000.started.json").exists()
 

@@ -37,7 +37,7 @@ def archive(tmp_path_factory) -> Archive:
     its own evaluator id."""
     tmp = tmp_path_factory.mktemp("batch")
     result = run(write_study(tmp, ["travel_budget_en.json", "career_mobility_en.json"], name="batch"))
-    assert result.slots == len(result.records) == 4 and not result.not_started
+    assert result.slots == len(result.runs) == 4 and not result.not_started
     return result.archive
 
 

@@ -71,7 +71,7 @@ def test_every_pass_card_validates_and_runs_in_a_study(built, tmp_path):
     study = write_study(tmp_path, [str(lc.path) for lc in passed], name="pass-cards")
     result = run_study_file(study)
     arms = sum(len(lc.card.arms()) for lc in passed)
-    assert len(result.records) == arms and all(r.status == "completed" for r in result.records)
+    assert len(result.runs) == arms and all(r.status == "completed" for r in result.runs)
 
 
 def test_review_sheet_is_blinded(built, tmp_path):
@@ -210,4 +210,4 @@ def test_cards_demo_runs_offline_and_its_study_runs(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "SIMULATOR proposer, verifiers and reviewers" in text and "every planted defect caught" in text
     result = run_study_file(tmp_path / "demo" / "study.toml")
-    assert result.records and all(r.status == "completed" for r in result.records)
+    assert result.runs and all(r.status == "completed" for r in result.runs)

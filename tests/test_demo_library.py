@@ -50,7 +50,7 @@ def test_run_demo_returns_what_it_did_and_reports_progress(small_demo: Path,
 def test_a_damaged_archive_is_not_read_again(small_demo: Path) -> None:
     """A rerun verifies first: a byte flipped in a tool return is listed, and nothing is read or reported."""
     first = run_demo(small_demo)
-    blob = first.archive.blob_path(next(e.return_blob for e in first.study.records[0].events
+    blob = first.archive.blob_path(next(e.return_blob for e in first.archive.find_run(first.study.runs[0].run_id).events
                                         if isinstance(e, ToolCallEvent)))
     blob.write_bytes(bytes([blob.read_bytes()[0] ^ 1]) + blob.read_bytes()[1:])
     again = run_demo(small_demo)

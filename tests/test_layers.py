@@ -26,8 +26,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (  # bottom first: (layer, its
      ("draligned.study", "draligned.analysis", "draligned.evaluator", "draligned.cess.archive_runs",
       "draligned.cess.pairs", "draligned.construction")),
     ("demo · report · runner",
-     ("draligned.indexing", "draligned.guards", "draligned.runner", "draligned.workflow", "draligned.archive_summary",
-      "draligned.demo")),
+     ("draligned.indexing", "draligned.guards", "draligned.runner", "draligned.workers", "draligned.workflow",
+      "draligned.archive_summary", "draligned.demo")),
     ("cli", ("draligned.cli",)),
 )
 """A module belongs to the part with its longest prefix (``draligned`` itself: the package root only)."""

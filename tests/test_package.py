@@ -24,11 +24,11 @@ def test_run_study_reports_progress_through_the_callback(tmp_path: Path) -> None
     path = write_study(tmp_path, ["travel_budget_en.json"], seeds=2)
     result = asyncio.run(run_study(load_study(path), events.append))
     assert [(e.study, e.total, e.done) for e in events] == [("t", 4, n) for n in range(5)]
-    assert events[0].record is None
-    assert sorted(e.record.run_id for e in events[1:]) == sorted(r.run_id for r in result.records)
+    assert events[0].run is None
+    assert sorted(e.run.run_id for e in events[1:]) == sorted(r.run_id for r in result.runs)
     events.clear()
     asyncio.run(run_study(load_study(path), events.append))  # resumed: nothing left to run
-    assert [(e.total, e.done, e.record) for e in events] == [(0, 0, None)]
+    assert [(e.total, e.done, e.run) for e in events] == [(0, 0, None)]
 
 
 def test_rich_is_drawn_only_by_the_cli() -> None:

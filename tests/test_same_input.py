@@ -10,7 +10,7 @@ from draligned.cards import load_card
 from draligned.harness import load_contract
 from draligned.records import ModelCallEvent
 from tests.harness_helpers import needs_bwrap
-from tests.study_helpers import REPO, run, write_study
+from tests.study_helpers import REPO, records, run, write_study
 
 pytestmark = needs_bwrap
 HARNESSES = ["H00", "H-W", "H-D"]
@@ -22,7 +22,7 @@ def test_identical_user_message_in_all_three_harnesses(tmp_path):
     assert sorted(result.statuses.elements()) == ["completed"] * 6
     card = load_card(REPO / "factor_cards" / "travel_budget_en.json").card
     sent: dict[str, dict[str, str]] = {}
-    for rec in result.records:
+    for rec in records(result):
         first = next(e for e in rec.events if isinstance(e, ModelCallEvent))
         body = json.loads(archive.get_blob(first.request_blob))
         user = [m["content"] for m in body["messages"] if m["role"] == "user"]

@@ -12,7 +12,7 @@ from draligned.executors import EXECUTORS
 from draligned.models.sim import SIM_LABEL
 from draligned.records import ToolCallEvent
 from draligned.study import StudyError, load_study
-from tests.study_helpers import REPO, run, write_study
+from tests.study_helpers import REPO, records, run, write_study
 
 
 def test_slots_are_the_cartesian_product_with_stable_ids(tmp_path):
@@ -56,19 +56,19 @@ def test_unknown_protocol_fails_only_that_study_with_the_model_named(tmp_path, c
 def test_sim_with_zero_sensitivity_issues_identical_requests_in_both_arms(tmp_path):
     result = run(write_study(tmp_path, ["travel_budget_en.json"], sensitivity=0.0))
     reqs = {r.slot.arm: [e.request_text for e in r.events if isinstance(e, ToolCallEvent) and e.request_text]
-            for r in result.records}
+            for r in records(result)}
     assert reqs["P"] == reqs["Q"] and reqs["P"]
 
 
 def test_sim_reports_are_labelled_as_simulator_output(tmp_path):
     result = run(write_study(tmp_path, ["learning_residence_zh.json"]))
-    for r in result.records:
+    for r in records(result):
         assert SIM_LABEL in result.archive.get_text(r.final_blob)
 
 
 def test_run_records_name_card_contract_and_request_fields(tmp_path):
     result = run(write_study(tmp_path, ["travel_budget_en.json"]))
-    rec = result.records[0]
+    rec = records(result)[0]
     assert rec.slot.card_sha256 == __import__("draligned.hashing").hashing.sha256_file(
         REPO / "factor_cards/travel_budget_en.json")
     first_call = rec.events[0]
@@ -126,7 +126,7 @@ def test_a_bad_corpus_line_is_named_under_the_corpus_field(tmp_path, capsys):
 
 
 def test_ctrl_c_during_a_study_exits_130_with_a_resume_hint_and_an_index(tmp_path, capsys, monkeypatch):
-    async def interrupted(study, progress=None, verify=True):
+    async def interrupted(study, progress=None, verify=True, execute=None):
         Archive(study.archive_root).root.mkdir(parents=True)
         raise KeyboardInterrupt
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 from collections.abc import Callable, Iterator
@@ -21,6 +22,7 @@ from draligned.cli.evaluate import print_pair_matrix
 from draligned.demo import DEMO_PLAN, DemoResult, DemoStage, run_demo
 from draligned.models.cache import CACHE_MODES
 from draligned.runner import ProgressCallback, RunProgress, StudyResult
+from draligned.study import StudyError
 from draligned.workflow import STUDY_ERRORS, StudyInterrupted, run_study_file
 
 T = TypeVar("T")
@@ -46,10 +48,31 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--acquisition-store", help="web backends: the acquisition store to use (default "
                                                "ARCHIVE/acquisition); another archive's store is replayed "
                                                "read-only unless --acquisition says otherwise")
+    p.add_argument("--workers", type=_workers, default=None,
+                   help="worker processes running the slots, each with its own event loop (default "
+                        "$DRALIGNED_WORKERS, else the number of cores; 1: all on one event loop)")
     p.set_defaults(func=cmd_run)
     d = add_command(sub, "demo")
     d.add_argument("--out", required=True, help="output directory; the archive goes to OUT/archive")
     d.set_defaults(func=cmd_demo)
+
+
+def _workers(text: str) -> int:
+    """``--workers``: a whole number from 1 to 256."""
+    if not text.isdigit() or not 1 <= int(text) <= 256:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 1 to 256 (got {text!r})")
+    return int(text)
+
+
+def default_workers() -> int:
+    """``$DRALIGNED_WORKERS`` when set (a bad value is refused), else the number of cores."""
+    env = os.environ.get("DRALIGNED_WORKERS")
+    if env is None:
+        return os.cpu_count() or 1
+    try:
+        return _workers(env)
+    except argparse.ArgumentTypeError as exc:
+        raise StudyError(f"environment variable DRALIGNED_WORKERS: {exc}") from None
 
 
 @contextmanager
@@ -110,7 +133,7 @@ def _summary(result: StudyResult) -> None:
     table.add_row(str(result.slots), str(result.skipped),
                   *(str(result.statuses.get(s, 0)) for s in ("completed", "budget_exhausted", "failed")))
     Console().print(table)
-    for rec in result.records:
+    for rec in result.runs:
         if rec.status == "failed":
             Console().print(f"[red]failed[/red] {rec.run_id}: {escape(rec.status_reason or '')}", soft_wrap=True)
     if result.spent_usd is not None:
@@ -127,7 +150,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     with _progress_bars(console) as bars:
         code, result = _guarded(console, lambda: run_study_file(
             Path(args.study), args.archive, args.cache, args.cache_dir, bars, verify=not args.no_verify,
-            acquisition=args.acquisition, acquisition_store=args.acquisition_store))
+            acquisition=args.acquisition, acquisition_store=args.acquisition_store,
+            workers=args.workers or default_workers()))
     if result is None:
         return code
     _summary(result)

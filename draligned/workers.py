@@ -1,0 +1,254 @@
+"""Run a study's slots in N processes, each with its own event loop (``draligned run --workers N``).
+
+The parent plans, holds the archive's ``.run.lock``, archives the provenance files and rebuilds the index
+at the end (draligned.runner). Here it runs one share of the study's lanes on its own event loop and starts
+N - 1 worker processes for the others, which it serves over one Unix socket (JSON lines):
+
+- **slots**: a lane asks for its next slot whenever it is free (a queue, so a slow slot holds up no one)
+  and reports each run that ended; the parent's ``Dispatch`` applies the study cost cap and the
+  stop-after-connection-failures rule at every start, counts every run and tells the progress callback;
+- **connection limits**: each model's limit (fixed, or adaptive AIMD) is the parent's own model's
+  ``ConnectionLimit``; a worker's model holds a ``SharedLimit`` that asks the parent for every acquire and
+  reports every release with its outcome, so ``max_connections = 8`` means 8 requests in flight across all
+  processes and an adaptive limit adapts on all of their outcomes (one round trip per acquire and release).
+
+Workers write their runs into the one archive directly (its files are write-once and content-addressed,
+each run has its own writer). They are started with the ``spawn`` context (a fresh interpreter with the
+parent's environment and directory, never a fork of the running event loop; they start in parallel, so
+the import costs about a second of wall time whatever N) and die with the parent: its kill closes the
+socket, and a worker whose parent is gone stops. The study's ``concurrency`` is split over the processes, so it still
+bounds the runs in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import itertools
+import json
+import multiprocessing
+import shutil
+import signal
+import sys
+import tempfile
+import traceback
+from collections.abc import Callable
+from multiprocessing.context import SpawnProcess
+from pathlib import Path
+from typing import Any
+
+from draligned.archive import Archive
+from draligned.models import ModelAPI
+from draligned.models.limits import ConnectionLimit, Outcome, SharedLimit
+from draligned.records import Slot
+from draligned.runner import Dispatch, Execute, RunOutcome, in_process, open_study_search, prepare_models, run_slots
+from draligned.study import Study
+from draligned.tools.pool_search import StudySearch
+
+LINE_LIMIT = 1 << 22
+"""Longest message line (a slot, a run's outcome with its status reason)."""
+
+
+class WorkerFailed(RuntimeError):
+    """A worker process ended with an error or died; its running runs stay interrupted (run again to resume)."""
+
+
+def lanes(concurrency: int, workers: int) -> list[int]:
+    """The study's ``concurrency`` split over at most ``workers`` processes (none gets 0 lanes)."""
+    n = max(1, min(workers, concurrency))
+    return [concurrency // n + (i < concurrency % n) for i in range(n)]
+
+
+def limited(model: ModelAPI) -> ConnectionLimit | None:
+    """The connection limit of a model that has one (the remote protocols; behind the replay cache too)."""
+    inner = getattr(model, "inner", model)
+    limit = getattr(inner, "connections", None)
+    return limit if isinstance(limit, ConnectionLimit) else None
+
+
+def in_workers(workers: int) -> Execute:
+    """An ``Execute`` for draligned.runner.run_study that runs the slots in ``workers`` processes
+    (``workers`` 1: on the parent's own event loop, as before)."""
+    if workers <= 1:
+        return in_process
+
+    async def execute(study: Study, search: StudySearch, models: dict[str, ModelAPI], dispatch: Dispatch) -> None:
+        await _serve(study, search, models, dispatch, lanes(study.spec.concurrency, min(workers, dispatch.total)))
+    return execute
+
+
+async def _serve(study: Study, search: StudySearch, models: dict[str, ModelAPI], dispatch: Dispatch,
+                 shares: list[int]) -> None:
+    """Run the first share of lanes on this event loop and start one worker process per other share; serve
+    them until every one has ended, then raise if one failed."""
+    limits = {name: limit for name, m in models.items() if (limit := limited(m)) is not None}
+    errors: list[str] = []
+    sources = itertools.count(1)  # 0 is this process
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        source, held, waiting = next(sources), dict.fromkeys(limits, 0), set()
+
+        def reply(msg: dict[str, Any]) -> None:
+            writer.write(json.dumps(msg).encode() + b"\n")
+
+        async def grant(rid: int, model: str) -> None:
+            await limits[model].acquire()
+            held[model] += 1
+            reply({"id": rid, "limit": limits[model].limit})
+
+        try:
+            while line := await reader.readline():
+                msg = json.loads(line)
+                op = msg["op"]
+                if op == "take":
+                    got = None if errors else dispatch.take(source, msg["running"])
+                    reply({"id": msg["id"], "slot": None if got is None else got[0].model_dump(mode="json"),
+                           "attempt": None if got is None else got[1]})
+                elif op == "end":
+                    dispatch.end(RunOutcome(**msg["outcome"]), source, msg["running"])
+                elif op == "retrying":
+                    dispatch.retrying(msg["slot"], msg["delta"])
+                elif op == "acquire":
+                    task = asyncio.create_task(grant(msg["id"], msg["model"]))
+                    waiting.add(task)
+                    task.add_done_callback(waiting.discard)
+                elif op == "release":
+                    held[msg["model"]] -= 1
+                    await limits[msg["model"]].release(msg["outcome"])
+                    reply({"id": msg["id"], "limit": limits[msg["model"]].limit})
+                elif op == "error":
+                    errors.append(msg["message"])
+        finally:  # a worker that ended or died holds no place in any limit
+            for task in waiting:
+                task.cancel()
+            for model, n in held.items():
+                for _ in range(n):
+                    await limits[model].release("failed")
+            writer.close()
+
+    async def take(running: float) -> tuple[Slot, int] | None:
+        return None if errors else dispatch.take(0, running)
+
+    async def end(outcome: RunOutcome, running: float) -> None:
+        dispatch.end(outcome, 0, running)
+
+    tmp = Path(tempfile.mkdtemp(prefix="draligned-workers-"))
+    path = tmp / "parent.sock"
+    server = await asyncio.start_unix_server(serve, path, limit=LINE_LIMIT)
+    context = multiprocessing.get_context("spawn")  # a fresh interpreter: no fork of a running event loop
+    procs: list[SpawnProcess] = []
+    try:
+        for share in shares[1:]:
+            proc = context.Process(target=worker_main, args=(study, str(path), share, sorted(models), sorted(limits)),
+                                   daemon=True, name="draligned-worker")
+            proc.start()
+            procs.append(proc)
+        await run_slots(study, Archive(study.archive_root), search, models, take, end, shares[0], dispatch.retrying)
+        for proc in procs:
+            await asyncio.to_thread(proc.join)
+    finally:
+        for proc in procs:  # interrupted (Ctrl-C, SIGTERM): each worker cancels its runs, which clean up
+            if proc.is_alive():
+                proc.terminate()
+        for proc in procs:
+            await asyncio.to_thread(proc.join)
+        server.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+    if errors:
+        raise WorkerFailed("a worker process failed; its running runs stay interrupted (run again to resume):\n"
+                           + errors[0])
+    if dead := [p.exitcode for p in procs if p.exitcode != 0]:
+        raise WorkerFailed(f"worker processes died (exit codes {dead}); their running runs stay interrupted "
+                           f"(run again to resume)")
+
+
+class Channel:
+    """A worker's line to the parent: requests answered by id, and notices that need no answer. When the
+    parent goes away (killed: the archive lock is free, so another ``run`` may start those slots) before
+    the worker closes the line, ``gone`` is called: the worker cancels its runs rather than finish them."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, gone: Callable[[], Any]) -> None:
+        self._writer, self._ids, self._gone, self._closing = writer, itertools.count(), gone, False
+        self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self._reading = asyncio.create_task(self._read(reader))
+
+    async def _read(self, reader: asyncio.StreamReader) -> None:
+        with contextlib.suppress(ConnectionError):
+            while line := await reader.readline():
+                msg = json.loads(line)
+                self._pending.pop(msg["id"]).set_result(msg)
+        for fut in self._pending.values():
+            fut.set_exception(ConnectionError("the study's parent process is gone"))
+        self._pending.clear()
+        if not self._closing:
+            self._gone()
+
+    def send(self, msg: dict[str, Any]) -> None:
+        if not self._reading.done():
+            self._writer.write(json.dumps(msg).encode() + b"\n")
+
+    async def request(self, msg: dict[str, Any]) -> dict[str, Any]:
+        if self._reading.done():
+            raise ConnectionError("the study's parent process is gone")
+        rid = next(self._ids)
+        fut = self._pending[rid] = asyncio.get_running_loop().create_future()
+        self.send({**msg, "id": rid})
+        return await fut
+
+    async def close(self) -> None:
+        """Flush what is written and close the line (the parent then sees this worker end)."""
+        self._closing = True
+        with contextlib.suppress(ConnectionError):
+            await self._writer.drain()
+        self._writer.close()
+
+
+def worker_main(study: Study, path: str, concurrency: int, names: list[str], shared: list[str]) -> None:
+    """A worker process: run slots from the parent at ``path``, ``concurrency`` at a time, until it has no
+    more; SIGTERM and Ctrl-C cancel the running runs (they clean their workspaces up) and end it."""
+    try:
+        asyncio.run(_work(study, path, concurrency, set(names), set(shared)))
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        sys.exit(130)
+
+
+async def _work(study: Study, path: str, concurrency: int, names: set[str], shared: set[str]) -> None:
+    main = asyncio.current_task()
+    assert main is not None
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, main.cancel)
+    reader, writer = await asyncio.open_unix_connection(path, limit=LINE_LIMIT)
+    channel = Channel(reader, writer, main.cancel)
+    try:
+        search = open_study_search(study)
+        try:
+            models = prepare_models(study, names)
+
+            async def ask(op: str, model: str, outcome: Outcome | None) -> int:
+                return int((await channel.request({"op": op, "model": model, "outcome": outcome}))["limit"])
+
+            for name in shared:
+                own = limited(models[name])
+                assert own is not None  # the parent shares only the limits its models have
+                inner: Any = getattr(models[name], "inner", models[name])
+                inner.connections = SharedLimit(ask, name, own.adaptive)
+
+            async def take(running: float) -> tuple[Slot, int] | None:
+                got = await channel.request({"op": "take", "running": running})
+                return None if got["slot"] is None else (Slot.model_validate(got["slot"]), got["attempt"])
+
+            async def end(outcome: RunOutcome, running: float) -> None:
+                channel.send({"op": "end", "outcome": dataclasses.asdict(outcome), "running": running})
+
+            def retrying(slot_id: str, delta: int) -> None:
+                channel.send({"op": "retrying", "slot": slot_id, "delta": delta})
+
+            await run_slots(study, Archive(study.archive_root), search, models, take, end, concurrency, retrying)
+        finally:
+            await search.aclose()
+    except Exception as exc:
+        if not isinstance(exc, ConnectionError):  # a bug or a failed start, not the parent going away
+            channel.send({"op": "error", "message": traceback.format_exc()})
+        raise
+    finally:
+        await channel.close()

@@ -1,0 +1,168 @@
+"""``draligned run --workers N``: slots in worker processes, one archive, limits held across workers, and a
+study killed with SIGKILL mid-run resumed to exactly one finished run per slot."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from draligned.archive import Archive
+from draligned.cli import main
+from draligned.models.limits import ConnectionLimit, Outcome, SharedLimit
+from draligned.records import FINISHED
+from draligned.workers import lanes
+from tests.loopback_wire import WireServer
+from tests.study_helpers import REPO, write_study
+from tests.test_gateway import sim_study  # the priced sim study of the cost-cap checks
+
+
+def test_the_study_concurrency_is_split_over_the_workers_and_bounds_them():
+    assert lanes(8, 2) == [4, 4] and lanes(7, 2) == [4, 3] and lanes(3, 8) == [1, 1, 1] and lanes(5, 1) == [5]
+
+
+def _finished_per_slot(archive: Archive) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for rec in archive.records():
+        if rec.status in FINISHED:
+            counts[rec.slot_id] = counts.get(rec.slot_id, 0) + 1
+    return counts
+
+
+@pytest.mark.slow
+def test_a_study_killed_mid_run_with_two_workers_resumes_to_one_finished_run_per_slot(tmp_path):
+    """kill -9 of the parent's whole process group (parent and both workers) once two runs are sealed, then
+    resume with two workers: every slot finished exactly once, the killed attempts kept, verify clean."""
+    study = write_study(tmp_path, ["car_insurance_2f_en.json", "career_mobility_en.json"], seeds=2,
+                        latency_s=0.02)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen([sys.executable, "-m", "draligned.cli", "run", str(study), "--workers", "2"],
+                            env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    runs = tmp_path / "archive" / "runs"
+    try:
+        deadline = time.monotonic() + 300  # a guard against a hang, not a timing
+        while len([p for p in runs.glob("*.json") if not p.name.endswith(".started.json")]) < 2:
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            assert time.monotonic() < deadline
+            time.sleep(0.005)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    archive = Archive(tmp_path / "archive")
+    killed = {p.name: p.read_bytes() for p in archive.record_paths()}
+    assert len(archive.started_paths()) > len(killed) >= 2  # really interrupted mid-study
+    assert main(["run", str(study), "--workers", "2"]) == 0
+    slots = 12  # car_insurance: 4 cells, career_mobility: 2 arms, 2 seeds each
+    assert _finished_per_slot(archive) == dict.fromkeys(_finished_per_slot(archive), 1)
+    assert len(_finished_per_slot(archive)) == slots
+    assert all(archive.runs_dir.joinpath(n).read_bytes() == b for n, b in killed.items())  # nothing lost
+    assert main(["archive", "verify", str(archive.root)]) == 0
+
+
+class CountingServer(WireServer):
+    """An openai-chat loopback server that counts the requests it is answering at once (each held briefly,
+    so that requests the limit lets through overlap)."""
+
+    def __init__(self) -> None:
+        super().__init__("openai-chat", ["submit"])
+        self.now, self.most, self.count_lock = 0, 0, threading.Lock()
+
+    def reply(self, kind: str, number: int) -> dict[str, Any]:
+        with self.count_lock:
+            self.now += 1
+            self.most = max(self.most, self.now)
+        time.sleep(0.05)
+        with self.count_lock:
+            self.now -= 1
+        return super().reply(kind, number)
+
+
+@pytest.mark.slow
+def test_a_model_connection_limit_holds_across_two_workers(tmp_path, monkeypatch):
+    """max_connections = 2 with 8 runs in flight over two processes (4 lanes each, so a limit per process
+    would let 4 through): the server never answers more than 2 requests at once, and does answer 2."""
+    monkeypatch.setenv("WORKERS_KEY", "sk-workers")
+    with CountingServer() as server:
+        study = tmp_path / "limit.toml"
+        study.write_text(f"""name = "limit"
+cards = ["{REPO / 'factor_cards' / 'travel_budget_en.json'}"]
+seeds = 8
+concurrency = 8
+archive = "archive"
+corpus = "{REPO / 'corpora' / 'demo' / 'corpus.jsonl'}"
+
+[[models]]
+name = "m"
+protocol = "openai-chat"
+model = "requested"
+base_url = "{server.base_url}"
+api_key_env = "WORKERS_KEY"
+retry = {{ max_connections = 2 }}
+""")
+        assert main(["run", str(study), "--workers", "2"]) == 0
+    assert len(server.log) == 16 and server.most == 2
+    assert len(_finished_per_slot(Archive(tmp_path / "archive"))) == 16
+
+
+def test_a_bad_worker_count_is_refused_before_anything_runs(tmp_path, monkeypatch, capsys):
+    study = write_study(tmp_path, ["travel_budget_en.json"])
+    monkeypatch.setenv("DRALIGNED_WORKERS", "two")
+    assert main(["run", str(study)]) == 2
+    assert "error: environment variable DRALIGNED_WORKERS: must be a whole number from 1 to 256 (got 'two')" \
+        in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_code:
+        main(["run", str(study), "--workers", "0"])
+    assert exit_code.value.code == 2 and "--workers: must be a whole number from 1 to 256 (got '0')" \
+        in capsys.readouterr().err
+    assert not (tmp_path / "archive").exists()
+
+
+def test_shared_limits_of_two_workers_count_against_one_adaptive_limit():
+    """Two workers' SharedLimits over the parent's one adaptive limit (start 2, max 4): the third acquire
+    waits for a release from either, successes from both raise the limit, a 429 from one halves it for all."""
+    held = ConnectionLimit(2, 1, 4)
+
+    async def ask(op: str, model: str, outcome: Outcome | None) -> int:
+        assert model == "m"
+        await (held.acquire() if op == "acquire" else held.release(outcome or "failed"))
+        return held.limit
+
+    async def scenario() -> None:
+        a, b = SharedLimit(ask, "m", adaptive=True), SharedLimit(ask, "m", adaptive=True)
+        await a.acquire()
+        await b.acquire()
+        third = asyncio.create_task(a.acquire())
+        await asyncio.sleep(0)
+        assert not third.done()  # 2 in flight across both workers
+        await b.release("ok")
+        await third
+        await a.release("ok")
+        assert a.limit == 3  # two successes (one from each worker) at limit 2: +1
+        await a.release("throttled")
+        await b.acquire()
+        assert b.limit == 1 and a.adaptive and b.adaptive
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.slow
+def test_the_study_cost_cap_holds_across_two_workers_and_a_later_run_resumes(tmp_path, capsys):
+    """One lane per process, every run costs more than the cap: the parent counts every process's runs, so
+    once one has ended no process starts another (at most the two that started together finish)."""
+    path = sim_study(tmp_path, "max_cost_usd = 1.0")
+    path.write_text(path.read_text().replace("concurrency = 1", "concurrency = 2"))
+    assert main(["run", str(path), "--workers", "2"]) == 1
+    out = capsys.readouterr().out
+    records = Archive(tmp_path / "archive").records()
+    assert 1 <= len(records) <= 2 and all(r.counters.cost_usd and r.counters.cost_usd > 1.0 for r in records)
+    assert f"not started: {6 - len(records)} slot(s): study cost cap reached" in out
+    path.write_text(path.read_text().replace("max_cost_usd = 1.0", "max_cost_usd = 1000.0"))
+    assert main(["run", str(path), "--workers", "2"]) == 0
+    assert len(_finished_per_slot(Archive(tmp_path / "archive"))) == 6
