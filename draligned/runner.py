@@ -18,6 +18,7 @@ import os
 import secrets
 from collections import Counter
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,11 +33,10 @@ from draligned.models.base import RETRY_LISTENER
 from draligned.models.cache import CachedModel, ReplayCache
 from draligned.records import FINISHED, ModelAttemptEvent, ModelCallEvent, RunRecord, Slot
 from draligned.sandbox import WORKSPACE_OWNER, SandboxUnavailable, remove_stale_workspaces, require_sandbox
+from draligned.shards import LOCK_NAME, StudyPart
 from draligned.study import Study, StudyError
 from draligned.tools.pool_search import StudySearch, open_search
 from draligned.tools.web import WebConfigError
-
-LOCK_NAME = ".run.lock"
 
 
 @dataclass
@@ -133,9 +133,11 @@ async def _run_slot(study: Study, archive: Archive, slot: Slot, attempt: int, mo
     return await executor_for(slot.harness)(setup, search.backend_for(slot, writer)).run()
 
 
-async def run_study(study: Study, progress: ProgressCallback | None = None, verify: bool = True) -> StudyResult:
+async def run_study(study: Study, progress: ProgressCallback | None = None, verify: bool = True,
+                    part: StudyPart | None = None) -> StudyResult:
     """Run every unfinished slot of ``study`` with bounded concurrency, telling ``progress`` how far it is;
-    ``verify`` False skips checking the run records' hashes first (``--no-verify``)."""
+    ``verify`` False skips checking the run records' hashes first (``--no-verify``); ``part`` runs only its
+    slots, under its own locks (``--shard K/N``, a Ray task; see draligned.shards)."""
     archive = Archive(study.archive_root)
     spec = study.spec.search
     try:
@@ -146,14 +148,14 @@ async def run_study(study: Study, progress: ProgressCallback | None = None, veri
             where = f"search.{exc.field}"
         raise StudyError(f"{study.path}: field {where}: {exc}") from exc
     try:
-        return await _run_with(study, archive, search, progress, verify)
+        return await _run_with(study, archive, search, progress, verify, part)
     finally:
         await search.aclose()
 
 
 async def _run_with(study: Study, archive: Archive, search: StudySearch,
-                    progress: ProgressCallback | None, verify: bool) -> StudyResult:
-    slots = study.slots(search.sha256)
+                    progress: ProgressCallback | None, verify: bool, part: StudyPart | None) -> StudyResult:
+    slots = [s for s in study.slots(search.sha256) if part is None or part.owns(s.slot_id)]
     todo, _ = plan_resume(archive, slots)  # what the checks below prepare for; planned again under the lock
     sandboxed = sorted({s.harness for s in todo if executor_for(s.harness).needs_sandbox})
     if sandboxed:
@@ -168,22 +170,26 @@ async def _run_with(study: Study, archive: Archive, search: StudySearch,
         models = {name: CachedModel(m, cache) for name, m in models.items()}
     for m in models.values():
         m.check_ready()  # a missing key fails this study before any run starts (and before any file is made)
-    lock = _lock_archive(archive)  # also when nothing is left to do: planning reads what other runs write
-    try:
-        result = await _run_locked(study, archive, search, slots, models, verify, progress)
+    with ExitStack() as held:  # also when nothing is left to do: planning reads what other runs write
+        if part is None:
+            held.callback(os.close, _lock_archive(archive))
+        else:
+            held.enter_context(part.locked(archive))
+        result = await _run_locked(study, archive, search, slots, models, verify, progress, part is None)
         rebuild(archive)  # still under the run lock, so no other run's records arrive meanwhile
-    finally:
-        os.close(lock)
     return result
 
 
 async def _run_locked(study: Study, archive: Archive, search: StudySearch, slots: list[Slot],
-                      models: dict[str, ModelAPI], verify: bool, progress: ProgressCallback | None) -> StudyResult:
+                      models: dict[str, ModelAPI], verify: bool, progress: ProgressCallback | None,
+                      alone: bool) -> StudyResult:
     """Check the run records, clean what killed runs left, plan again and run every slot still to do (only
-    those of the prepared ``models``: a slot that became unfinished meanwhile waits for the next run)."""
+    those of the prepared ``models``: a slot that became unfinished meanwhile waits for the next run).
+    Only a run ``alone`` on the archive removes workspaces: a part cannot tell a live part's from a dead one's."""
     check_intact(archive, verify, records_only=True)  # a damaged record would pass for a finished slot
     remove_stale_temp_files(archive)
-    remove_stale_workspaces(archive.root)
+    if alone:
+        remove_stale_workspaces(archive.root)
     todo, attempts = plan_resume(archive, slots)
     todo = [s for s in todo if s.model in models]
     result = StudyResult(archive=archive, slots=len(slots), skipped=len(slots) - len(todo))

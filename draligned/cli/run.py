@@ -20,6 +20,7 @@ from draligned.cli.evaluate import print_pair_matrix
 from draligned.demo import DEMO_PLAN, DemoResult, DemoStage, run_demo
 from draligned.models.cache import CACHE_MODES
 from draligned.runner import ProgressCallback, RunProgress, StudyResult
+from draligned.shards import Shard, parse_shard
 from draligned.workflow import STUDY_ERRORS, StudyInterrupted, run_study_file
 
 T = TypeVar("T")
@@ -45,10 +46,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--acquisition-store", help="web backends: the acquisition store to use (default "
                                                "ARCHIVE/acquisition); another archive's store is replayed "
                                                "read-only unless --acquisition says otherwise")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--shard", type=_shard, metavar="K/N",
+                       help="run only shard K of N (slots split by the sha256 of their id); merge the shard "
+                            "archives with 'draligned archive merge'")
+    where.add_argument("--ray", metavar="ADDRESS", help="run each slot as a Ray task on the cluster at ADDRESS "
+                                                        "('local': start one here); needs draligned[ray]")
     p.set_defaults(func=cmd_run)
     d = sub.add_parser("demo", help="run the bundled offline demo study with the simulated agent")
     d.add_argument("--out", required=True, help="output directory; the archive goes to OUT/archive")
     d.set_defaults(func=cmd_demo)
+
+
+def _shard(text: str) -> Shard:
+    try:
+        return parse_shard(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 @contextmanager
@@ -126,7 +140,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     with _progress_bars(console) as bars:
         code, result = _guarded(console, lambda: run_study_file(
             Path(args.study), args.archive, args.cache, args.cache_dir, bars, verify=not args.no_verify,
-            acquisition=args.acquisition, acquisition_store=args.acquisition_store))
+            acquisition=args.acquisition, acquisition_store=args.acquisition_store, part=args.shard, ray=args.ray))
     if result is None:
         return code
     _summary(result)
