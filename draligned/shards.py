@@ -4,9 +4,10 @@ parts write one archive.
 ``draligned run STUDY --shard K/N`` runs the slots with ``int(sha256(slot_id)) mod N == K - 1``: every
 process computes the same split without talking to the others. A part writes into an archive of its own or,
 with the others, into one shared archive. A whole-study ``run`` holds ``ARCHIVE/.run.lock`` exclusively; a part
-holds it shared, plus ``.run.part-<group>-<name>.lock`` exclusively (the same shard twice is refused) and
-``.run.group-<group>.lock`` shared: parts of two different splits (``--shard 1/2`` and ``--shard 1/3``) would
-run some slots twice, so a split is refused while another split's parts are writing.
+holds it shared, plus its own lock exclusively (``.run.shard-K-of-N.lock``: the same shard twice is refused)
+and ``.run.group-of-N.lock`` shared: parts of two different splits (``--shard 1/2`` and ``--shard 1/3``) would
+run some slots twice, so a split is refused while another split's parts are writing. ``merge_archives`` unions
+the parts' archives (``draligned archive merge``).
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ class Shard:
 
     @contextmanager
     def locked(self, archive: Archive) -> Iterator[None]:
-        with lock_part(archive, self.group, self.name, f"shard {self.index}/{self.count}"):
+        with lock_part(archive, self.group, f".run.shard-{self.name}.lock", f"shard {self.index}/{self.count}"):
             yield
 
 
@@ -83,7 +84,8 @@ class SlotSet:
 
     @contextmanager
     def locked(self, archive: Archive) -> Iterator[None]:
-        with lock_part(archive, self.group, self.name, f"part {self.name} of {self.group}"):
+        with lock_part(archive, self.group, f".run.part-{self.group}-{self.name}.lock",
+                       f"part {self.name} of {self.group}"):
             yield
 
 
@@ -114,8 +116,9 @@ def _flock(path: Path, mode: int, refusal: str, error: type[Exception] = StudyEr
 
 
 @contextmanager
-def lock_part(archive: Archive, group: str, name: str, what: str) -> Iterator[None]:
-    """Hold the locks of one part of a split (see the module docstring) while the block runs."""
+def lock_part(archive: Archive, group: str, lock_name: str, what: str) -> Iterator[None]:
+    """Hold the locks of one part of a split (see the module docstring), its own in ``lock_name``, while the
+    block runs."""
     root = archive.root
     with ExitStack() as held:
         held.callback(os.close, _flock(root / LOCK_NAME, fcntl.LOCK_SH,
@@ -132,7 +135,7 @@ def lock_part(archive: Archive, group: str, name: str, what: str) -> Iterator[No
             held.callback(os.close, _flock(root / _GROUP_LOCK.format(group), fcntl.LOCK_SH, ""))
         finally:
             os.close(plan)
-        held.callback(os.close, _flock(root / f".run.part-{group}-{name}.lock", fcntl.LOCK_EX,
+        held.callback(os.close, _flock(root / lock_name, fcntl.LOCK_EX,
                                        f"{root}: {what} is already running on this archive"))
         yield
 

@@ -142,7 +142,8 @@ def _run_tasks(ray: Any, study: Study, address: str, todo: list[Slot], result: S
     """Submit one task per slot, stage each returned shard, count what ended."""
     started = not ray.is_initialized()
     if started:
-        kwargs: dict[str, Any] = {"include_dashboard": False} if address == "local" else {"address": address}
+        kwargs: dict[str, Any] = ({"include_dashboard": False, "_node_ip_address": "127.0.0.1"}
+                                  if address == "local" else {"address": address})
         ray.init(**kwargs, log_to_driver=False)
     try:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
