@@ -168,8 +168,10 @@ def _run_tasks(ray: Any, study: Study, address: str, todo: list[Slot], result: S
             i, slot = pending.pop(done[0])
             try:
                 out = ray.get(done[0])
-            except ray.exceptions.RayError as exc:  # retries exhausted: the slot stays unfinished
-                result.not_started[slot.slot_id] = f"Ray task failed after {max_retries} retries: {type(exc).__name__}"
+            except ray.exceptions.RayError as exc:  # its nodes died too often, or it raised: the slot stays unfinished
+                cause = getattr(exc, "cause", None) or exc
+                why = str(cause).strip().splitlines()[-1] if str(cause).strip() else type(cause).__name__
+                result.not_started[slot.slot_id] = f"Ray task failed ({type(cause).__name__}): {why}"
                 tell()
                 continue
             shard = result.archive.root / STAGING / f"{token}-{i:06d}"
