@@ -48,7 +48,8 @@ def test_shards_split_the_slots_by_the_hash_of_their_id(shards):
     assert all(shard_of(s, 2) == 1 for s in one) and all(shard_of(s, 2) == 2 for s in two)
 
 
-def test_merged_shards_hold_the_single_process_slots_once_and_a_second_merge_copies_nothing(shards, tmp_path):
+def test_merged_shards_hold_the_single_process_slots_once_and_a_second_merge_copies_nothing(shards, tmp_path,
+                                                                                            capsys):
     into = tmp_path / "merged"
     first = merge_archives([shards["s1"], shards["s2"]], into)
     merged = Archive(into)
@@ -56,8 +57,9 @@ def test_merged_shards_hold_the_single_process_slots_once_and_a_second_merge_cop
     assert finished_slots(merged) == Counter(dict.fromkeys(finished_slots(Archive(shards["whole"])), 1))
     files = {rel: (into / rel).read_bytes() for rel in archive_files(merged)}
     assert first.copied == len(files) and first.runs == 4
-    again = merge_archives([shards["s1"], shards["s2"]], into)
-    assert again.copied == 0 and {rel: (into / rel).read_bytes() for rel in archive_files(merged)} == files
+    assert main(["archive", "merge", str(shards["s1"]), str(shards["s2"]), "--into", str(into)]) == 0
+    assert f"merged 2 shard(s) into {into}: 0 file(s) copied" in capsys.readouterr().out
+    assert {rel: (into / rel).read_bytes() for rel in archive_files(merged)} == files
     assert main(["run", str(shards["study"]), "--archive", str(into)]) == 0  # resume: nothing left to run
     assert len(merged.record_paths()) == 4
 
