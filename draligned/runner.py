@@ -23,6 +23,7 @@ import os
 import secrets
 from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,11 +42,10 @@ from draligned.models.base import RETRY_LISTENER
 from draligned.models.cache import CachedModel, ReplayCache
 from draligned.records import FINISHED, ModelAttemptEvent, ModelCallEvent, RunRecord, Slot
 from draligned.sandbox import WORKSPACE_OWNER, SandboxUnavailable, remove_stale_workspaces, require_sandbox
+from draligned.shards import LOCK_NAME, StudyPart
 from draligned.study import Study, StudyError
 from draligned.tools.pool_search import StudySearch, open_search
 from draligned.tools.web import WebConfigError
-
-LOCK_NAME = ".run.lock"
 
 
 @dataclass(frozen=True, slots=True)
@@ -366,21 +366,23 @@ async def in_process(study: Study, search: StudySearch, models: dict[str, ModelA
 
 
 async def run_study(study: Study, progress: ProgressCallback | None = None, verify: bool = True,
-                    execute: Execute = in_process) -> StudyResult:
+                    execute: Execute = in_process, part: StudyPart | None = None) -> StudyResult:
     """Run every unfinished slot of ``study`` with bounded concurrency through ``execute`` (default: on
     this event loop), telling ``progress`` how far it is; ``verify`` False skips checking the run records'
-    hashes first (``--no-verify``)."""
+    hashes first (``--no-verify``); ``part`` runs only its slots, under its own locks (``--shard K/N``, a Ray
+    task; see draligned.shards)."""
     archive = Archive(study.archive_root)
     search = open_study_search(study)
     try:
-        return await _run_with(study, archive, search, progress, verify, execute)
+        return await _run_with(study, archive, search, progress, verify, execute, part)
     finally:
         await search.aclose()
 
 
 async def _run_with(study: Study, archive: Archive, search: StudySearch,
-                    progress: ProgressCallback | None, verify: bool, execute: Execute) -> StudyResult:
-    slots = study.slots(search.sha256)
+                    progress: ProgressCallback | None, verify: bool, execute: Execute,
+                    part: StudyPart | None) -> StudyResult:
+    slots = [s for s in study.slots(search.sha256) if part is None or part.owns(s.slot_id)]
     todo, _ = plan_resume(archive, slots)  # what the checks below prepare for; planned again under the lock
     sandboxed = sorted({s.harness for s in todo if executor_for(s.harness).needs_sandbox})
     if sandboxed:
@@ -390,23 +392,26 @@ async def _run_with(study: Study, archive: Archive, search: StudySearch,
             raise StudyError(f"{study.path}: harnesses {', '.join(sandboxed)} run their shell in a sandbox "
                              f"and refuse to start without one (no unsandboxed fallback): {exc}") from exc
     models = prepare_models(study, {s.model for s in todo})
-    lock = _lock_archive(archive)  # also when nothing is left to do: planning reads what other runs write
-    try:
-        result = await _run_locked(study, archive, search, slots, models, verify, progress, execute)
+    with ExitStack() as held:  # also when nothing is left to do: planning reads what other runs write
+        if part is None:
+            held.callback(os.close, _lock_archive(archive))
+        else:
+            held.enter_context(part.locked(archive))
+        result = await _run_locked(study, archive, search, slots, models, verify, progress, execute, part is None)
         rebuild(archive)  # still under the run lock, so no other run's records arrive meanwhile
-    finally:
-        os.close(lock)
     return result
 
 
 async def _run_locked(study: Study, archive: Archive, search: StudySearch, slots: list[Slot],
                       models: dict[str, ModelAPI], verify: bool, progress: ProgressCallback | None,
-                      execute: Execute) -> StudyResult:
+                      execute: Execute, alone: bool) -> StudyResult:
     """Check the run records, clean what killed runs left, plan again and run every slot still to do (only
-    those of the prepared ``models``: a slot that became unfinished meanwhile waits for the next run)."""
+    those of the prepared ``models``: a slot that became unfinished meanwhile waits for the next run).
+    Only a run ``alone`` on the archive removes workspaces: a part cannot tell a live part's from a dead one's."""
     check_intact(archive, verify, records_only=True)  # a damaged record would pass for a finished slot
     remove_stale_temp_files(archive)
-    remove_stale_workspaces(archive.root)
+    if alone:
+        remove_stale_workspaces(archive.root)
     todo, attempts = plan_resume(archive, slots)
     todo = [s for s in todo if s.model in models]
     result = StudyResult(archive=archive, slots=len(slots), skipped=len(slots) - len(todo))

@@ -28,6 +28,7 @@ from draligned.models import ModelError
 from draligned.models.batch import BatchStatus
 from draligned.models.cache import CacheMode
 from draligned.runner import ProgressCallback, StudyResult, run_study
+from draligned.shards import StudyPart
 from draligned.study import StudyError, load_study
 from draligned.workers import in_workers
 
@@ -74,12 +75,14 @@ def _sigterm_as_interrupt() -> Iterator[list[int]]:
 def run_study_file(path: str | Path, archive: str | Path | None = None, cache: CacheMode | None = None,
                    cache_dir: str | Path | None = None, progress: ProgressCallback | None = None,
                    verify: bool = True, acquisition: CacheMode | None = None,
-                   acquisition_store: str | Path | None = None, workers: int = 1) -> StudyResult:
+                   acquisition_store: str | Path | None = None, workers: int = 1,
+                   part: StudyPart | None = None, ray: str | None = None) -> StudyResult:
     """Load a study (``archive``, ``cache`` and ``cache_dir`` override its fields; ``acquisition`` and
     ``acquisition_store`` its ``[search]`` store mode and directory) and run it (``verify`` False skips
     checking the archive's run records first). A store named without a mode is replayed read-only: another
     archive's store is read, never written. ``workers`` above 1 runs the slots in that many worker processes
-    (draligned.workers).
+    (draligned.workers); ``part`` runs only its slots (``--shard K/N``); ``ray`` (an address or ``local``) runs
+    them as Ray tasks (draligned.distributed.ray_run).
 
     Raises one of STUDY_ERRORS, or StudyInterrupted on Ctrl-C or SIGTERM.
     """
@@ -98,7 +101,11 @@ def run_study_file(path: str | Path, archive: str | Path | None = None, cache: C
         study.spec.search.cache = acquisition
     with _sigterm_as_interrupt() as terminated:
         try:
-            return asyncio.run(run_study(study, progress, verify, in_workers(workers)))
+            if ray is not None:
+                from draligned.distributed.ray_run import run_study_ray  # Ray is imported only when asked for
+
+                return run_study_ray(study, ray, progress, verify)
+            return asyncio.run(run_study(study, progress, verify, in_workers(workers), part))
         except KeyboardInterrupt:
             interrupted = Archive(study.archive_root)
             if interrupted.root.is_dir():

@@ -147,7 +147,7 @@ def test_run_removes_leftovers_of_killed_writes(small):
 
 
 def test_sigterm_interrupts_a_study_like_ctrl_c_with_exit_143_and_the_resume_hint(tmp_path, capsys, monkeypatch):
-    async def terminated(study, progress=None, verify=True, execute=None):
+    async def terminated(study, progress=None, verify=True, execute=None, part=None):
         Archive(study.archive_root).root.mkdir(parents=True)
         os.kill(os.getpid(), signal.SIGTERM)
         await asyncio.Event().wait()  # cancelled by the signal, as Ctrl-C cancels it

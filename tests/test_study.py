@@ -126,7 +126,7 @@ def test_a_bad_corpus_line_is_named_under_the_corpus_field(tmp_path, capsys):
 
 
 def test_ctrl_c_during_a_study_exits_130_with_a_resume_hint_and_an_index(tmp_path, capsys, monkeypatch):
-    async def interrupted(study, progress=None, verify=True, execute=None):
+    async def interrupted(study, progress=None, verify=True, execute=None, part=None):
         Archive(study.archive_root).root.mkdir(parents=True)
         raise KeyboardInterrupt
 

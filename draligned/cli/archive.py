@@ -14,6 +14,7 @@ from draligned.cli import add_command
 from draligned.cli.acquisition import print_acquisition
 from draligned.guards import open_archive
 from draligned.indexing import rebuild, verify
+from draligned.shards import merge_archives
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -30,6 +31,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         q.set_defaults(func=func)
         if name == "stats":
             q.add_argument("--json", action="store_true", help="print one JSON object")
+    q = s.add_parser("merge", help="union shard archives into one (refuses conflicting or damaged files) and reindex")
+    q.add_argument("shards", nargs="+", metavar="SHARD")
+    q.add_argument("--into", required=True, metavar="ARCHIVE", help="the merged archive (made if missing)")
+    q.set_defaults(func=cmd_merge)
     q = s.add_parser("show", help="show one run record and its events")
     q.add_argument("archive")
     q.add_argument("run_id")
@@ -60,6 +65,15 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def cmd_reindex(args: argparse.Namespace) -> int:
     print(rebuild(open_archive(args.archive)))
+    return 0
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    result = merge_archives(args.shards, args.into)
+    for line in result.kept_first:
+        print(line, file=sys.stderr)
+    print(f"merged {len(args.shards)} shard(s) into {result.into}: {result.copied} file(s) copied, "
+          f"{result.present} already there; {result.runs} run records")
     return 0
 
 

@@ -22,6 +22,7 @@ from draligned.cli.evaluate import print_pair_matrix
 from draligned.demo import DEMO_PLAN, DemoResult, DemoStage, run_demo
 from draligned.models.cache import CACHE_MODES
 from draligned.runner import ProgressCallback, RunProgress, StudyResult
+from draligned.shards import Shard, parse_shard
 from draligned.study import StudyError
 from draligned.workflow import STUDY_ERRORS, StudyInterrupted, run_study_file
 
@@ -51,6 +52,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workers", type=_workers, default=None,
                    help="worker processes running the slots, each with its own event loop (default "
                         "$DRALIGNED_WORKERS, else the number of cores; 1: all on one event loop)")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--shard", type=_shard, metavar="K/N",
+                       help="run only shard K of N (slots split by the sha256 of their id); merge the shard "
+                            "archives with 'draligned archive merge'")
+    where.add_argument("--ray", metavar="ADDRESS", help="run each slot as a Ray task on the cluster at ADDRESS "
+                                                        "('local': start one here); needs draligned[ray]")
     p.set_defaults(func=cmd_run)
     d = add_command(sub, "demo")
     d.add_argument("--out", required=True, help="output directory; the archive goes to OUT/archive")
@@ -73,6 +80,13 @@ def default_workers() -> int:
         return _workers(env)
     except argparse.ArgumentTypeError as exc:
         raise StudyError(f"environment variable DRALIGNED_WORKERS: {exc}") from None
+
+
+def _shard(text: str) -> Shard:
+    try:
+        return parse_shard(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 @contextmanager
@@ -151,7 +165,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         code, result = _guarded(console, lambda: run_study_file(
             Path(args.study), args.archive, args.cache, args.cache_dir, bars, verify=not args.no_verify,
             acquisition=args.acquisition, acquisition_store=args.acquisition_store,
-            workers=args.workers or default_workers()))
+            workers=args.workers or default_workers(), part=args.shard, ray=args.ray))
     if result is None:
         return code
     _summary(result)
