@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import orjson
 import pytest
 
 from draligned.cess.batch import TrajectoryBatch
@@ -92,6 +93,7 @@ def test_report_rows_serialise_like_the_pydantic_reports(varied: Path) -> None:
     reports = trajectory_estimates(load_trajectories(varied), 0.5)
     for row, report in zip(rows, reports, strict=True):
         assert list(row) == list(TrajectoryEstimate.model_fields)
+        assert orjson.dumps(row).decode() == TrajectoryEstimate.model_validate(row).model_dump_json()
         again = TrajectoryEstimate.model_validate(row).model_dump()
         for name, value in report.model_dump().items():
             assert again[name] == pytest.approx(value, rel=1e-12, abs=1e-12), name
