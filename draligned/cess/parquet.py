@@ -63,16 +63,14 @@ def _schema_problem(con: duckdb.DuckDBPyConnection) -> TrajectoryError | None:
 
 
 _TRAJECTORIES = """
-SELECT row, trajectory_id, task_id, budget::DOUBLE AS budget, len(pool.doc_ids) AS n, len(rounds) AS t,
+SELECT row, trajectory_id, task_id, budget::DOUBLE AS budget, len(pool.doc_ids) AS n,
   coalesce(trajectory_id = '' OR task_id = '' OR ranking NOT IN ('original', 'pro', 'anti') OR budget < 1
     OR list_count(pool.doc_ids) <> len(pool.doc_ids) OR list_contains(pool.doc_ids, '')
     OR len(list_distinct(pool.doc_ids)) <> len(pool.doc_ids) OR len(pool.doc_ids) = 0
     OR len(pool.y) <> len(pool.doc_ids) OR list_min(pool.y) < -1 OR list_max(pool.y) > 1
     OR len(pool.m) <> len(pool.doc_ids) OR list_count(pool.m) <> len(pool.m)
-    OR list_bool_or(list_transform(pool.m, lambda v: isnan(v) OR isinf(v)))
-    OR len(rounds) = 0 OR len(rounds) > budget OR list_count(rounds) <> len(rounds), false)
-  OR trajectory_id IS NULL OR task_id IS NULL OR budget IS NULL OR pool IS NULL OR pool.doc_ids IS NULL
-  OR rounds IS NULL AS bad
+    OR isnan(list_sum(pool.m)) OR isinf(list_sum(pool.m)), false)
+  OR trajectory_id IS NULL OR task_id IS NULL OR budget IS NULL OR pool IS NULL OR pool.doc_ids IS NULL AS bad
 FROM t
 """
 _ROUNDS = f"""
@@ -161,15 +159,17 @@ def load_parquet(path: str | Path) -> TrajectoryColumns:
     if traj["bad"].any():  # shape errors first: the per-round and per-document arrays need the shape
         _first_error(con, rows[traj["bad"]], ids, rows)
     rnd = con.execute(_ROUNDS).fetchnumpy()
-    _first_error(con, rnd["row"][rnd["bad"]], ids, rows)
     if np.any(np.diff(rnd["row"]) < 0):  # DuckDB keeps the file's order; should it not, restore it
         order = np.argsort(rnd["row"], kind="stable")
         rnd = {name: values[order] for name, values in rnd.items()}
+    n_rounds = np.bincount(np.searchsorted(rows, rnd["row"]), minlength=len(rows))
+    no_rounds = (n_rounds == 0) | (n_rounds > traj["budget"])  # null, empty, or more than K
+    _first_error(con, np.concatenate([rnd["row"][rnd["bad"]], rows[no_rounds]]), ids, rows)
     docs = con.execute(_DOCS).fetchnumpy()
     if np.any(np.diff(docs["row"]) < 0):
         order = np.argsort(docs["row"], kind="stable")
         docs = {name: values[order] for name, values in docs.items()}
-    n_docs, n_rounds = traj["n"].astype(np.int64), traj["t"].astype(np.int64)
+    n_docs = traj["n"].astype(np.int64)
     first_support = np.zeros(int(n_docs.sum()), np.int64)
     full = np.asarray(rnd["full"], bool)
     if not full.all():  # some document had probability 0 in some round
