@@ -15,7 +15,11 @@ Repeated keys, which orjson would silently collapse, are caught by counting quot
 
 from __future__ import annotations
 
+import io
+import os
+from concurrent.futures import ProcessPoolExecutor
 from itertools import chain, repeat
+from multiprocessing import get_context
 from operator import itemgetter
 from pathlib import Path
 from typing import Any
@@ -65,6 +69,8 @@ class _Chunk:
         self.chosen: list[int] = []
         self.stop: list[Any] = []
         self.round_y: list[Any] = []
+        self.numbers: dict[str, np.ndarray] = {}
+        """``probs``, ``doc_m`` and ``stop`` as arrays, once their types are checked."""
 
     def take(self, rec: Any, raw: bytes | None, typed: bool = False) -> bool:
         """Gather ``rec`` if it has the schema's shape (and, from ``raw``, no repeated key); else False.
@@ -119,9 +125,16 @@ class _Chunk:
         self.round_y.extend(round_y)
         return True
 
-    def number_types_ok(self) -> bool:
-        """Every gathered number a plain int or float (not a bool, string or null), nulls only where allowed."""
-        return (all(set(map(type, v)) <= _NUMBER for v in (self.probs, self.doc_m, self.stop))
+    def number_types_ok(self, text: bytes) -> bool:
+        """Every gathered number a plain int or float (not a bool, string or null), nulls only where allowed.
+
+        ``text`` is the chunk's bytes: without a ``true`` or ``false`` in it no value is a bool, and an
+        array numpy builds from a list of ints and floats only has an integer or float dtype.
+        """
+        if b"true" in text or b"false" in text:
+            return False
+        self.numbers = {name: np.array(getattr(self, name)) for name in ("probs", "doc_m", "stop")}
+        return (all(a.dtype.kind in "fi" or not a.size for a in self.numbers.values())
                 and all(set(map(type, v)) <= _NUMBER_OR_NULL for v in (self.doc_y, self.round_y)))
 
     def check(self) -> tuple[np.ndarray, dict[str, np.ndarray]]:
@@ -130,12 +143,12 @@ class _Chunk:
         b = len(n_docs)
         owner_r = np.repeat(np.arange(b), n_rounds)
         owner_d = np.repeat(np.arange(b), n_docs)
-        probs = np.array(self.probs, float)
+        probs = np.asarray(self.numbers.get("probs", self.probs), float)
         per_round = n_docs[owner_r]
         prob_start = np.concatenate([[0], np.cumsum(per_round)])[:-1]
         doc_start = np.concatenate([[0], np.cumsum(n_docs)])[:-1]
         doc_y = np.array(self.doc_y, float)  # None → NaN
-        stop, round_y = np.array(self.stop, float), np.array(self.round_y, float)
+        stop, round_y = np.asarray(self.numbers.get("stop", self.stop), float), np.array(self.round_y, float)
         chosen = np.array(self.chosen, np.int64)
         pool_y = doc_y[doc_start[owner_r] + chosen]
         scores = np.where(np.isnan(round_y), pool_y, round_y)
@@ -155,7 +168,8 @@ class _Chunk:
             r0, d0 = int(np.searchsorted(owner_r, row)), int(doc_start[row])
             block = probs[prob_start[r0]:prob_start[r0] + n_rounds[row] * n_docs[row]].reshape(n_rounds[row], -1) > 0
             first_support[d0:d0 + n_docs[row]] = np.where(block.any(axis=0), block.argmax(axis=0), NEVER)
-        arrays = {"budget": np.array(self.budget, float), "n_docs": n_docs, "doc_m": np.array(self.doc_m, float),
+        doc_m = np.asarray(self.numbers.get("doc_m", self.doc_m), float)
+        arrays = {"budget": np.array(self.budget, float), "n_docs": n_docs, "doc_m": doc_m,
                   "doc_y": doc_y, "first_support": first_support, "n_rounds": n_rounds, "chosen": chosen,
                   "y": scores, "p": p, "stop": stop, "full_support": full}
         return bad, arrays
@@ -205,10 +219,10 @@ def _gather(raws: list[bytes], first_line: int, typed: bool) -> tuple[_Chunk, Tr
     return chunk, None
 
 
-def _load_chunk(raws: list[bytes], first_line: int, seen: set[str], builder: ColumnBuilder) -> None:
-    """Validate one chunk of lines and add it to ``builder``; the first invalid line raises."""
+def _check_chunk(raws: list[bytes], first_line: int) -> tuple[_Chunk, dict[str, np.ndarray], TrajectoryError | None]:
+    """The chunk's valid lines as arrays, and the full validator's error for its first invalid line."""
     chunk, error = _gather(raws, first_line, typed=False)
-    if not chunk.number_types_ok():  # some line holds a non-number: find it line by line
+    if not chunk.number_types_ok(b"".join(raws)):  # maybe a line holds a non-number: check line by line
         chunk, error = _gather(raws, first_line, typed=True)
     bad, arrays = chunk.check() if chunk.ids else (np.zeros(0, bool), {})
     for i in np.nonzero(bad)[0].tolist():
@@ -220,6 +234,12 @@ def _load_chunk(raws: list[bytes], first_line: int, seen: set[str], builder: Col
         except TrajectoryError as exc:
             error = exc
             break
+    return chunk, arrays, error
+
+
+def _add_chunk(chunk: _Chunk, arrays: dict[str, np.ndarray], error: TrajectoryError | None, seen: set[str],
+               builder: ColumnBuilder) -> None:
+    """Add a checked chunk; raise its first problem in file order (an invalid line or a repeated id)."""
     duplicate = _first_duplicate(chunk.ids, chunk.lines, seen)
     if duplicate is not None and (error is None or duplicate.line < error.line):
         raise duplicate
@@ -229,13 +249,56 @@ def _load_chunk(raws: list[bytes], first_line: int, seen: set[str], builder: Col
         builder.extend(chunk.ids, chunk.tasks, **arrays)
 
 
-def load_columns(path: str | Path) -> TrajectoryColumns:
+def _read_range(path: Path, start: int, end: int) -> list[bytes]:
+    with path.open("rb") as handle:
+        handle.seek(start)
+        return io.BytesIO(handle.read(end - start)).readlines()  # lines end at \n only, as when iterating a file
+
+
+def _worker(path: Path, start: int, end: int) -> tuple[int, _Chunk, dict[str, np.ndarray], bool]:
+    """Check the lines of one byte range (numbered from 1 within it): count, chunk, arrays, invalid?"""
+    raws = _read_range(path, start, end)
+    chunk, arrays, error = _check_chunk(raws, 1)
+    return len(raws), chunk, arrays, error is not None
+
+
+def _ranges(path: Path) -> list[tuple[int, int]]:
+    """Byte ranges of about CHUNK_BYTES that end at a line end."""
+    size, bounds = path.stat().st_size, [0]
+    with path.open("rb") as handle:
+        while bounds[-1] + CHUNK_BYTES < size:
+            handle.seek(bounds[-1] + CHUNK_BYTES)
+            handle.readline()
+            bounds.append(min(handle.tell(), size))
+    return [(a, b) for a, b in zip(bounds, [*bounds[1:], size], strict=True) if a < b]
+
+
+def load_columns(path: str | Path, workers: int | None = None) -> TrajectoryColumns:
     """Read and validate a JSON Lines trajectory file as columns (the rules and errors of
-    :func:`draligned.cess.trajectory.load_trajectories`, including refusing a file with no trajectory)."""
+    :func:`draligned.cess.trajectory.load_trajectories`, including refusing a file with no trajectory).
+
+    Chunks are checked in ``workers`` processes (default: one per core) when the file has several;
+    results are added in file order, and a chunk with an invalid line is checked again here, numbered
+    from its first line, so the error is the one a single pass raises.
+    """
+    path = Path(path)
     builder, seen, line = ColumnBuilder(), set[str](), 1
-    with Path(path).open("rb") as handle:
-        while raws := handle.readlines(CHUNK_BYTES):
-            _load_chunk(raws, line, seen, builder)
+    ranges = _ranges(path)
+    workers = min(workers or os.cpu_count() or 1, len(ranges))
+    if workers > 1:
+        with ProcessPoolExecutor(workers, mp_context=get_context("fork")) as pool:
+            for (start, end), (count, chunk, arrays, invalid) in zip(
+                    ranges, pool.map(_worker, repeat(path), *zip(*ranges, strict=True)), strict=True):
+                if invalid:
+                    chunk, arrays, error = _check_chunk(_read_range(path, start, end), line)
+                else:
+                    chunk.lines, error = [n + line - 1 for n in chunk.lines], None
+                _add_chunk(chunk, arrays, error, seen, builder)
+                line += count
+    else:
+        for start, end in ranges:
+            raws = _read_range(path, start, end)
+            _add_chunk(*_check_chunk(raws, line), seen, builder)
             line += len(raws)
     if not builder.ids:
         raise TrajectoryError(0, "<file>", "no trajectories (the file is empty or has only blank lines)")

@@ -13,6 +13,7 @@ import numpy as np
 import orjson
 import pytest
 
+from draligned.cess import fastload
 from draligned.cess.batch import TrajectoryBatch
 from draligned.cess.column_estimators import estimate_columns, estimate_rows
 from draligned.cess.columns import TrajectoryColumns
@@ -174,3 +175,25 @@ def test_duplicate_ids_and_errors_keep_file_order(tmp_path: Path) -> None:
         load_columns(path)
     with pytest.raises(TrajectoryError, match="no trajectories"):
         load_columns(_write(tmp_path, ["", " "]))
+
+
+def test_chunks_checked_in_worker_processes_give_the_single_pass_result(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fastload, "CHUNK_BYTES", 2_000)  # about four lines per chunk
+    rng = random.Random(11)
+    records = [varied_trajectory(rng, i) for i in range(60)]
+    path = _write(tmp_path, records)
+    assert len(fastload._ranges(path)) > 10
+    single, parallel = load_columns(path, workers=1), load_columns(path, workers=2)
+    assert parallel.trajectory_id == single.trajectory_id == [r["trajectory_id"] for r in records]
+    for name in ("doc_start", "round_start", "p", "y", "doc_y", "first_support"):
+        np.testing.assert_array_equal(getattr(parallel, name), getattr(single, name))
+    bad = copy.deepcopy(records[41])
+    bad["rounds"][0]["stop_prob"] = 0.5
+    for broken in ([*records[:41], bad, *records[42:]], [*records[:50], records[3], *records[51:]]):
+        path = _write(tmp_path, broken)
+        with pytest.raises(TrajectoryError) as slow:
+            load_trajectories(path)
+        with pytest.raises(TrajectoryError) as fast:
+            load_columns(path, workers=2)
+        assert str(fast.value) == str(slow.value) and fast.value.line in (42, 51)
