@@ -77,35 +77,28 @@ def test_a_bad_row_is_named_by_row_trajectory_and_field(
     assert (info.value.field, info.value.message) == (field, slow.value.message)
 
 
-def _write(con: duckdb.DuckDBPyConnection, path: Path, select: str) -> Path:
-    con.execute(f"COPY ({select}) TO '{path}' (FORMAT parquet)")
-    return path
+REFUSED = [
+    ("SELECT * REPLACE (CASE WHEN trajectory_id = 't2' THEN {'doc_ids': pool.doc_ids, 'y': pool.y, "
+     "'m': [0.1, 'nan'::DOUBLE, 0.3]} ELSE pool END AS pool) FROM t",
+     r"^row 2 \(trajectory_id 't2'\): pool\.m\[1\]: is not a finite"),
+    ("SELECT * REPLACE ('t1' AS trajectory_id) FROM t", r"^row 2 \(trajectory_id 't1'\): trajectory_id: duplicate id"),
+    ("SELECT * REPLACE (budget::VARCHAR AS budget) FROM t", r"^schema: budget: has type VARCHAR, expected BIGINT"),
+    ("SELECT *, 1 AS note FROM t", r"^schema: note: unexpected column"),
+    ("SELECT * EXCLUDE (ranking) FROM t", r"^schema: ranking: column missing"),
+    ("SELECT * FROM t WHERE false", "no trajectories"),
+]
 
 
-def test_non_finite_numbers_wrong_types_duplicates_and_empty_files_are_refused(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("select", "error"), REFUSED, ids=["nan", "duplicate", "type", "extra", "missing", "empty"])
+def test_non_finite_numbers_wrong_types_duplicates_and_empty_files_are_refused(
+        tmp_path: Path, select: str, error: str) -> None:
     con = duckdb.connect()
     _, parquet = _files(tmp_path, [VALID, VALID | {"trajectory_id": "t2"}])
     con.execute(f"CREATE TABLE t AS SELECT * FROM '{parquet}'")
-    nan = _write(con, tmp_path / "nan.parquet", "SELECT * REPLACE (CASE WHEN trajectory_id = 't2' THEN "
-                 "{'doc_ids': pool.doc_ids, 'y': pool.y, 'm': [0.1, 'nan'::DOUBLE, 0.3]} ELSE pool END AS pool) FROM t")
-    with pytest.raises(TrajectoryError, match=r"^row 2 \(trajectory_id 't2'\): pool\.m\[1\]: is not a finite"):
-        load_parquet(nan)
-    dup = _write(con, tmp_path / "dup.parquet", "SELECT * REPLACE ('t1' AS trajectory_id) FROM t")
-    with pytest.raises(TrajectoryError, match=r"^row 2 \(trajectory_id 't1'\): trajectory_id: duplicate id"):
-        load_parquet(dup)
-    typed = _write(con, tmp_path / "typed.parquet", "SELECT * REPLACE (budget::VARCHAR AS budget) FROM t")
-    with pytest.raises(TrajectoryError, match=r"^schema: budget: has type VARCHAR, expected BIGINT"):
-        load_parquet(typed)
-    extra = _write(con, tmp_path / "extra.parquet", "SELECT *, 1 AS note FROM t")
-    with pytest.raises(TrajectoryError, match=r"^schema: note: unexpected column"):
-        load_parquet(extra)
-    missing = _write(con, tmp_path / "missing.parquet", "SELECT * EXCLUDE (ranking) FROM t")
-    with pytest.raises(TrajectoryError, match=r"^schema: ranking: column missing"):
-        load_parquet(missing)
-    empty = _write(con, tmp_path / "empty.parquet", "SELECT * FROM t WHERE false")
-    with pytest.raises(TrajectoryError, match="no trajectories"):
-        load_parquet(empty)
     assert list(COLUMNS) == [d[0] for d in con.execute("SELECT * FROM t").description]
+    con.execute(f"COPY ({select}) TO '{tmp_path / 'x.parquet'}' (FORMAT parquet)")
+    with pytest.raises(TrajectoryError, match=error):
+        load_parquet(tmp_path / "x.parquet")
 
 
 def test_cess_estimate_reports_a_bad_parquet_row_with_exit_2(
