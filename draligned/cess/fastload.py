@@ -238,9 +238,10 @@ def _check_chunk(raws: list[bytes], first_line: int) -> tuple[_Chunk, dict[str, 
 
 
 def _add_chunk(chunk: _Chunk, arrays: dict[str, np.ndarray], error: TrajectoryError | None, seen: set[str],
-               builder: ColumnBuilder) -> None:
-    """Add a checked chunk; raise its first problem in file order (an invalid line or a repeated id)."""
-    duplicate = _first_duplicate(chunk.ids, chunk.lines, seen)
+               builder: ColumnBuilder, first_line: int = 1) -> None:
+    """Add a checked chunk; raise its first problem in file order (an invalid line or a repeated id).
+    ``first_line`` numbers a worker's chunk, whose lines count from 1."""
+    duplicate = _first_duplicate(chunk.ids, [n + first_line - 1 for n in chunk.lines], seen)
     if duplicate is not None and (error is None or duplicate.line < error.line):
         raise duplicate
     if error is not None:
@@ -256,10 +257,13 @@ def _read_range(path: Path, start: int, end: int) -> list[bytes]:
 
 
 def _worker(path: Path, start: int, end: int) -> tuple[int, _Chunk, dict[str, np.ndarray], bool]:
-    """Check the lines of one byte range (numbered from 1 within it): count, chunk, arrays, invalid?"""
+    """Check the lines of one byte range (numbered from 1 within it): count, chunk (ids, tasks and lines
+    only: the arrays hold its numbers), arrays, invalid?"""
     raws = _read_range(path, start, end)
     chunk, arrays, error = _check_chunk(raws, 1)
-    return len(raws), chunk, arrays, error is not None
+    slim = _Chunk()
+    slim.ids, slim.tasks, slim.lines = chunk.ids, chunk.tasks, chunk.lines
+    return len(raws), slim, arrays, error is not None
 
 
 def _ranges(path: Path) -> list[tuple[int, int]]:
@@ -289,11 +293,10 @@ def load_columns(path: str | Path, workers: int | None = None) -> TrajectoryColu
         with ProcessPoolExecutor(workers, mp_context=get_context("fork")) as pool:
             for (start, end), (count, chunk, arrays, invalid) in zip(
                     ranges, pool.map(_worker, repeat(path), *zip(*ranges, strict=True)), strict=True):
-                if invalid:
-                    chunk, arrays, error = _check_chunk(_read_range(path, start, end), line)
+                if invalid:  # numbered from its real first line, the recheck raises what one pass raises
+                    _add_chunk(*_check_chunk(_read_range(path, start, end), line), seen, builder)
                 else:
-                    chunk.lines, error = [n + line - 1 for n in chunk.lines], None
-                _add_chunk(chunk, arrays, error, seen, builder)
+                    _add_chunk(chunk, arrays, None, seen, builder, line)
                 line += count
     else:
         for start, end in ranges:
