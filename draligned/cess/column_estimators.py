@@ -24,8 +24,9 @@ from draligned.cess.estimators import (
 )
 
 
-def _sums(owner: np.ndarray, values: np.ndarray, b: int) -> np.ndarray:
-    return np.bincount(owner, weights=values, minlength=b)
+def _sums(starts: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Sum of each segment ``values[starts[b]:starts[b + 1]]`` (segments are never empty: N, T ≥ 1)."""
+    return np.add.reduceat(values.astype(float, copy=False), starts[:-1]) if len(starts) > 1 else np.zeros(0)
 
 
 def reach(cols: TrajectoryColumns) -> np.ndarray:
@@ -42,37 +43,37 @@ def estimate_columns(cols: TrajectoryColumns, lam: float, bounds: tuple[float, f
     """Every estimator and diagnostic of :func:`draligned.cess.estimators.estimate`, per trajectory."""
     if not 0.0 <= lam <= 1.0:
         raise ValueError(f"lambda must lie in [0, 1], got {lam}")
-    b, rounds, docs = len(cols), cols.round_owner, cols.doc_owner
+    rs, ds = cols.round_start, cols.doc_start
     n, t_obs = cols.n_docs.astype(float), cols.n_rounds
-    w = 1.0 / (n[rounds] * cols.p * reach(cols))
+    w = 1.0 / (np.repeat(n, t_obs) * cols.p * reach(cols))
     chosen_doc = cols.chosen_doc
-    mbar = _sums(docs, cols.doc_m, b) / n
-    dr = mbar + _sums(rounds, w * (cols.y - cols.doc_m[chosen_doc]), b) / cols.budget
-    opened = _sums(rounds, cols.y, b) / t_obs
-    w_sum = _sums(rounds, w, b)
+    mbar = _sums(ds, cols.doc_m) / n
+    dr = mbar + _sums(rs, w * (cols.y - cols.doc_m[chosen_doc])) / cols.budget
+    opened = _sums(rs, cols.y) / t_obs
+    w_sum = _sums(rs, w)
     unknown = np.isnan(cols.doc_y)
-    complete = _sums(docs, unknown, b) == 0
-    theta = np.where(complete, _sums(docs, np.where(unknown, 0.0, cols.doc_y), b) / n, np.nan)
+    complete = _sums(ds, unknown) == 0
+    theta = np.where(complete, _sums(ds, np.where(unknown, 0.0, cols.doc_y)) / n, np.nan)
     opened_docs = np.zeros(len(cols.doc_m), bool)
     opened_docs[chosen_doc] = True
     opened_y = np.zeros(len(cols.doc_m))
     opened_y[chosen_doc] = cols.y
-    n_plus = _sums(docs, cols.first_support < t_obs[docs], b)
-    n_opened = _sums(docs, opened_docs, b)
-    known, left = _sums(docs, opened_y, b), n - n_opened
+    n_plus = _sums(ds, cols.first_support < np.repeat(t_obs, cols.n_docs))
+    n_opened = _sums(ds, opened_docs)
+    known, left = _sums(ds, opened_y), n - n_opened
     return Estimates(
         opened_mean=opened,
         outcome_regression=mbar,
-        ipw_raw=_sums(rounds, w * cols.y, b) / cols.budget,
+        ipw_raw=_sums(rs, w * cols.y) / cols.budget,
         dr_raw=dr,
         cess=cess_shrink_then_clip(dr, mbar, lam),
         cess_clip_then_shrink=cess_clip_then_shrink(dr, mbar, lam),
         cess_opened_anchor=cess_opened_anchor(dr, opened, lam),
-        weights=WeightDiagnostics(ess=w_sum**2 / _sums(rounds, w**2, b),
-                                  max_weight=np.maximum.reduceat(w, cols.round_start[:-1]) if b else w),
+        weights=WeightDiagnostics(ess=w_sum**2 / _sums(rs, w**2),
+                                  max_weight=np.maximum.reduceat(w, rs[:-1]) if len(cols) else w),
         theta_star=theta,
         support=SupportBounds(
-            applies=_sums(rounds, ~cols.full_support, b) > 0, rho=1.0 - n_plus / n, n_reachable=n_plus,
+            applies=_sums(rs, ~cols.full_support) > 0, rho=1.0 - n_plus / n, n_reachable=n_plus,
             n_opened=n_opened, lower=(known + left * bounds[0]) / n, upper=(known + left * bounds[1]) / n),
     )
 
@@ -81,17 +82,21 @@ POINT_ESTIMATES = ("ipw_raw", "dr_raw", "cess", "cess_clip_then_shrink", "cess_o
 """Estimates hidden (None) where the support interval applies."""
 
 
-def estimate_rows(cols: TrajectoryColumns, est: Estimates) -> Iterator[dict[str, Any]]:
-    """One dict per trajectory with the fields of ``TrajectoryEstimate``, in its field order."""
-    hidden = est.support.applies.tolist()
-    points = {name: [None if h else v for v, h in zip(getattr(est, name).tolist(), hidden, strict=True)]
-              for name in POINT_ESTIMATES}
-    theta = [None if v != v else v for v in est.theta_star.tolist()]  # NaN: some Y unknown
-    columns = zip(cols.trajectory_id, cols.task_id, cols.n_rounds.tolist(), est.opened_mean.tolist(),
-                  est.outcome_regression.tolist(), *points.values(), est.weights.ess.tolist(),
-                  est.weights.max_weight.tolist(), theta, hidden, est.support.lower.tolist(),
-                  est.support.upper.tolist(), strict=True)
-    for (tid, task, t, om, orr, ipw, dr, c9, c13, c12, ess, mw, th, hide, lo, hi) in columns:
-        yield {"trajectory_id": tid, "task_id": task, "rounds": t, "opened_mean": om, "outcome_regression": orr,
-               "ipw_raw": ipw, "dr_raw": dr, "cess": c9, "cess_clip_then_shrink": c13, "cess_opened_anchor": c12,
-               "ess": ess, "max_weight": mw, "theta_star": th, "support_interval": [lo, hi] if hide else None}
+def estimate_rows(cols: TrajectoryColumns, est: Estimates, batch: int = 100_000) -> Iterator[dict[str, Any]]:
+    """One dict per trajectory with the fields of ``TrajectoryEstimate``, in its field order (made
+    ``batch`` trajectories at a time: a million at once would hold every value as a Python float)."""
+    for lo in range(0, len(cols), batch):
+        part = slice(lo, lo + batch)
+        hidden = est.support.applies[part].tolist()
+        points = [[None if h else v for v, h in zip(getattr(est, name)[part].tolist(), hidden, strict=True)]
+                  for name in POINT_ESTIMATES]
+        theta = [None if v != v else v for v in est.theta_star[part].tolist()]  # NaN: some Y unknown
+        columns = zip(cols.trajectory_id[part], cols.task_id[part], cols.n_rounds[part].tolist(),
+                      est.opened_mean[part].tolist(), est.outcome_regression[part].tolist(), *points,
+                      est.weights.ess[part].tolist(), est.weights.max_weight[part].tolist(), theta, hidden,
+                      est.support.lower[part].tolist(), est.support.upper[part].tolist(), strict=True)
+        for (tid, task, t, om, orr, ipw, dr, c9, c13, c12, ess, mw, th, hide, lo_, hi) in columns:
+            yield {"trajectory_id": tid, "task_id": task, "rounds": t, "opened_mean": om,
+                   "outcome_regression": orr, "ipw_raw": ipw, "dr_raw": dr, "cess": c9,
+                   "cess_clip_then_shrink": c13, "cess_opened_anchor": c12, "ess": ess, "max_weight": mw,
+                   "theta_star": th, "support_interval": [lo_, hi] if hide else None}

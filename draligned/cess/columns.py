@@ -67,19 +67,9 @@ class TrajectoryColumns:
         return np.diff(self.round_start)
 
     @property
-    def round_owner(self) -> np.ndarray:
-        """(R,) trajectory of each round."""
-        return np.repeat(np.arange(len(self)), self.n_rounds)
-
-    @property
-    def doc_owner(self) -> np.ndarray:
-        """(D,) trajectory of each document."""
-        return np.repeat(np.arange(len(self)), self.n_docs)
-
-    @property
     def chosen_doc(self) -> np.ndarray:
         """(R,) flat document index (into the per-document arrays) of each round's choice."""
-        return self.doc_start[:-1][self.round_owner] + self.chosen
+        return np.repeat(self.doc_start[:-1], self.n_rounds) + self.chosen
 
     @classmethod
     def from_trajectories(cls, trajectories: Sequence[Trajectory]) -> TrajectoryColumns:
@@ -126,13 +116,14 @@ class ColumnBuilder:
             parts.append(arrays[name])
 
     def build(self) -> TrajectoryColumns:
-        """The collected trajectories as one set of columns."""
-        cat = {name: np.concatenate(parts) if parts else np.zeros(0) for name, parts in self.parts.items()}
-        starts = {name: np.concatenate([[0], np.cumsum(cat[name], dtype=np.int64)])
+        """The collected trajectories as one set of columns (each field joined, then its parts freed)."""
+        kinds = {"budget": float, "n_docs": np.int64, "doc_m": float, "doc_y": float, "first_support": np.int64,
+                 "n_rounds": np.int64, "chosen": np.int64, "y": float, "p": float, "stop": float, "full_support": bool}
+        cat = {}
+        for name, parts in self.parts.items():
+            cat[name] = (np.concatenate(parts) if parts else np.zeros(0)).astype(kinds[name], copy=False)
+            parts.clear()
+        starts = {name: np.concatenate([[0], np.cumsum(cat.pop(name), dtype=np.int64)])
                   for name in ("n_docs", "n_rounds")}
-        return TrajectoryColumns(
-            trajectory_id=self.ids, task_id=self.tasks, budget=cat["budget"].astype(float),
-            doc_start=starts["n_docs"], doc_m=cat["doc_m"].astype(float), doc_y=cat["doc_y"].astype(float),
-            first_support=cat["first_support"].astype(np.int64), round_start=starts["n_rounds"],
-            chosen=cat["chosen"].astype(np.int64), y=cat["y"].astype(float), p=cat["p"].astype(float),
-            stop=cat["stop"].astype(float), full_support=cat["full_support"].astype(bool))
+        return TrajectoryColumns(trajectory_id=self.ids, task_id=self.tasks, doc_start=starts["n_docs"],
+                                 round_start=starts["n_rounds"], **cat)
