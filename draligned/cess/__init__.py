@@ -4,7 +4,11 @@ One concept per module:
 
 - ``trajectory``  the JSON Lines trajectory format, its JSON Schema and the validating loader
 - ``batch``       many trajectories as padded numpy arrays
+- ``columns``     many trajectories as flat columns (offsets + per-document and per-round arrays)
+- ``fastload``    the JSON Lines loader at scale (orjson, vectorised checks, the full validator for failures)
+- ``parquet``     trajectories as Parquet (write, and read with the same rules)
 - ``estimators``  Opened Mean, OR, sequential IPW and DR (Eq. 6), CESS (Eqs. 9, 12, 13), intervals (Eq. 10)
+- ``column_estimators`` the same estimators as segment sums over ``columns``
 - ``metrics``     appendix F metrics, intervention effects (Eqs. 3–4), ICC, cluster bootstrap
 - ``outcome``     outcome models fit on tuning tasks (tuning mean, closed-form ridge on TF-IDF)
 - ``tuning``      λ and the shrink-to-tuning-mean α on the grid 0, 0.05, ..., 1 by tuning-task MAE

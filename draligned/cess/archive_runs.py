@@ -20,6 +20,7 @@ from typing import Literal
 from draligned.archive import Archive
 from draligned.archive.tables import ArchiveTables, Rows
 from draligned.cess.estimators import PoolEstimates, trajectory_estimates
+from draligned.cess.parquet import write_parquet
 from draligned.cess.trajectory import Trajectory, TrajectoryPool, TrajectoryRound
 from draligned.records import PoolRoundEvent, Record, RunRecord
 from draligned.tools.pool_file import LoadedPool, parse_pool
@@ -174,10 +175,17 @@ CESS_TABLES = ArchiveTables(name="cess", ddl=CESS_RUNS_DDL, rows=_cess_tables)
 """Per-run CESS pool estimates (``cess_runs``), derived from the pool events and blobs; no files of its own."""
 
 
-def export_trajectories(archive: Archive, out: Path) -> int:
-    """Write the archive's pool trajectories as JSON Lines (the ``cess estimate`` input); returns the count."""
+def export_trajectories(archive: Archive, out: Path, fmt: Literal["jsonl", "parquet"] = "jsonl") -> int:
+    """Write the archive's pool trajectories as JSON Lines or Parquet (the ``cess estimate`` input);
+    returns the count. Parquet is written from a JSON Lines copy next to ``out``, removed afterwards."""
     runs = pool_runs(archive)
-    with out.open("w", encoding="utf-8") as fh:
+    jsonl = out if fmt == "jsonl" else out.with_name(f".tmp-{out.name}.jsonl")
+    with jsonl.open("w", encoding="utf-8") as fh:
         for run in runs:
             fh.write(run.trajectory.model_dump_json(exclude_none=True) + "\n")
+    if fmt == "parquet":
+        try:
+            write_parquet(jsonl, out)
+        finally:
+            jsonl.unlink()
     return len(runs)

@@ -29,12 +29,13 @@ Ranking = Literal["original", "pro", "anti"]
 
 
 class TrajectoryError(ValueError):
-    """Invalid trajectory input, located by line number and field path."""
+    """Invalid trajectory input, located by line number (or ``where``, e.g. a Parquet row) and field path."""
 
-    def __init__(self, line: int, field: str, message: str) -> None:
-        super().__init__(f"line {line}: {field}: {message}")
+    def __init__(self, line: int, field: str, message: str, where: str | None = None) -> None:
+        super().__init__(f"{where or f'line {line}'}: {field}: {message}")
         self.line = line
         self.field = field
+        self.message = message
 
 
 class TrajectoryPool(Record):
@@ -164,7 +165,7 @@ def _all_fine(values: list[Any], rule: dict[str, Any]) -> bool:
         "maximum" not in rule or max(values) <= rule["maximum"])
 
 
-def _schema_error(record: Any, line: int) -> TrajectoryError | None:
+def schema_error(record: Any, line: int) -> TrajectoryError | None:
     """The most relevant JSON Schema violation of ``record``, if any."""
     validator, item_rules = _validator()
     error = jsonschema.exceptions.best_match(validator.iter_errors(record))
@@ -233,7 +234,12 @@ def parse_trajectory(text: str, line: int = 1) -> Trajectory:
         record = loads(text)  # no NaN/Infinity, no repeated key, bounded nesting
     except JSONInputError as exc:
         raise TrajectoryError(line, "<json>", f"not valid JSON: {exc}") from None
-    error = _schema_error(record, line)
+    return check_record(record, line)
+
+
+def check_record(record: Any, line: int) -> Trajectory:
+    """Fully validate one parsed record (schema, then the semantic rules) as line ``line``."""
+    error = schema_error(record, line)
     if error is not None:
         raise error
     traj = Trajectory.model_validate(record)

@@ -5,15 +5,22 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from itertools import islice
 from pathlib import Path
+from typing import Any, Literal
+
+import duckdb
+import orjson
 
 from draligned.cess.bench import BenchReport, BenchSettings, run_bench
 from draligned.cess.calibration import STOP_RULES
-from draligned.cess.estimators import TrajectoryEstimate, trajectory_estimates
+from draligned.cess.column_estimators import estimate_columns, estimate_rows
 from draligned.cess.experiments import SimulationReport, simulate
+from draligned.cess.fastload import load_columns
+from draligned.cess.parquet import load_parquet
 from draligned.cess.perspectrum import load_perspectrum
 from draligned.cess.searches import SearchSettings
-from draligned.cess.trajectory import TrajectoryError, load_trajectories
+from draligned.cess.trajectory import TrajectoryError
 from draligned.cli import add_command
 
 
@@ -50,7 +57,7 @@ def _interval(bounds: tuple[float, float]) -> str:
     return f"[{bounds[0]:.4f}, {bounds[1]:.4f}]"
 
 
-def _estimate_table(reports: Sequence[TrajectoryEstimate]) -> str:
+def _estimate_table(reports: Sequence[dict[str, Any]]) -> str:
     headers = (
         "trajectory",
         "task",
@@ -67,43 +74,42 @@ def _estimate_table(reports: Sequence[TrajectoryEstimate]) -> str:
         "theta*",
         "support interval",
     )
-    rows = [
-        (
-            r.trajectory_id,
-            r.task_id,
-            r.rounds,
-            r.opened_mean,
-            r.outcome_regression,
-            r.ipw_raw,
-            r.dr_raw,
-            r.cess,
-            r.cess_clip_then_shrink,
-            r.cess_opened_anchor,
-            r.ess,
-            r.max_weight,
-            r.theta_star,
-            None if r.support_interval is None else _interval(r.support_interval),
-        )
-        for r in reports
-    ]
+    rows = [(*list(r.values())[:-1], None if r["support_interval"] is None else _interval(r["support_interval"]))
+            for r in reports]
     return _table(headers, rows)
 
 
+def trajectory_format(path: Path, given: str | None) -> Literal["jsonl", "parquet"]:
+    """``--format``, else ``parquet`` for a ``.parquet`` / ``.pq`` file and ``jsonl`` for anything else."""
+    by_name = path.suffix.lower() in (".parquet", ".pq")
+    return "parquet" if given == "parquet" or (given is None and by_name) else "jsonl"
+
+
 def _run_estimate(args: argparse.Namespace) -> int:
-    try:
-        reports = trajectory_estimates(load_trajectories(args.trajectories), args.lam)
-    except (TrajectoryError, OSError) as exc:
-        print(f"error: {args.trajectories}: {exc}", file=sys.stderr)
+    if (args.path is None) == (args.trajectories is None):
+        print("error: name the trajectory file once: cess estimate FILE (or --trajectories FILE)", file=sys.stderr)
         return 2
-    if args.json:
-        for report in reports:
-            print(report.model_dump_json())
+    path = args.path or args.trajectories
+    load = load_parquet if trajectory_format(path, args.format) == "parquet" else load_columns
+    try:
+        columns = load(path)
+    except (TrajectoryError, OSError, duckdb.Error) as exc:
+        print(f"error: {path}: {exc}", file=sys.stderr)
+        return 2
+    rows = estimate_rows(columns, estimate_columns(columns, args.lam))
+    if args.json:  # orjson writes the bytes pydantic's model_dump_json would (tests/cess/test_columns.py)
+        sys.stdout.flush()
+        out = getattr(sys.stdout, "buffer", None)
+        for batch in iter(lambda: list(islice(rows, 10_000)), []):
+            lines = b"".join(orjson.dumps(row) + b"\n" for row in batch)
+            out.write(lines) if out is not None else sys.stdout.write(lines.decode())
+        sys.stdout.flush()
     else:
         print(
             f"CESS lambda = {args.lam}; CESS = Eq. 9, CESS13 = Eq. 13, CESS12 = Eq. 12; "
             "point estimates are omitted where the support interval (Eq. 10) applies"
         )
-        print(_estimate_table(reports))
+        print(_estimate_table(list(rows)))
     return 0
 
 
@@ -271,10 +277,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     cess = add_command(sub, "cess")
     commands = cess.add_subparsers(dest="cess_command", required=True)
 
-    est = commands.add_parser("estimate", help="pool estimates for logged trajectories (JSON Lines)")
-    est.add_argument(
-        "--trajectories", type=Path, required=True, help="JSON Lines file, one trajectory per line"
-    )
+    est = commands.add_parser("estimate", help="pool estimates for logged trajectories (JSON Lines or Parquet)")
+    est.add_argument("path", type=Path, nargs="?", help="trajectory file: JSON Lines, or Parquet (.parquet)")
+    est.add_argument("--trajectories", type=Path, help="the trajectory file, as an option")
+    est.add_argument("--format", choices=("jsonl", "parquet"), help="file format (default: by extension)")
     est.add_argument(
         "--lambda", dest="lam", type=_unit_interval, default=0.5, help="shrinkage coefficient (0.5)"
     )

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from draligned.cess.archive_runs import ARCHIVE_LAMBDA, CessRun, export_trajectories
 from draligned.cess.pairs import Interval, PairsReport, arm_summaries, pairs_report
-from draligned.cli.cess import _positive_int, _table
+from draligned.cli.cess import _positive_int, _table, trajectory_format
 from draligned.guards import open_archive
 from draligned.workflow import load_cess_runs
 
@@ -55,7 +55,7 @@ def pairs_text(report: PairsReport) -> str:
 
 
 def _run_export(args: argparse.Namespace) -> int:
-    n = export_trajectories(open_archive(args.archive), args.out)
+    n = export_trajectories(open_archive(args.archive), args.out, trajectory_format(args.out, args.format))
     print(f"{n} trajectories written to {args.out}", file=sys.stderr)
     return 0
 
@@ -72,9 +72,10 @@ def _run_pairs(args: argparse.Namespace) -> int:
 
 def register_archive_commands(commands: argparse._SubParsersAction) -> None:
     """Add `cess export` and `cess pairs` to the `cess` command group."""
-    exp = commands.add_parser("export", help="write an archive's pool-search trajectories as JSON Lines")
+    exp = commands.add_parser("export", help="write an archive's pool-search trajectories (JSON Lines or Parquet)")
     exp.add_argument("archive", type=Path, help="archive root")
-    exp.add_argument("--out", type=Path, required=True, help="output JSON Lines file (cess estimate input)")
+    exp.add_argument("--out", type=Path, required=True, help="output file (cess estimate input)")
+    exp.add_argument("--format", choices=("jsonl", "parquet"), help="file format (default: by extension)")
     exp.set_defaults(func=_run_export)
     pairs = commands.add_parser("pairs", help="per-arm pool estimates and P/Q pair contrasts of an archive")
     pairs.add_argument("archive", type=Path, help="archive root")

@@ -1,0 +1,177 @@
+"""CESS on a million trajectories and the cluster bootstrap (issue 14).
+
+Run: ``python benchmarks/cess_scale.py`` from the checkout (``--trajectories N`` for fewer). It
+generates N trajectories (default 10^6; N = 20 documents, K = 10 rounds; fixed seed; full-precision
+softmax probabilities, stop probability 0.02 after round 1 so some runs stop early, 1% of trajectories with
+a zero-probability document: support intervals), writes them as JSON Lines and as Parquet (`cess
+export`'s format) to a temporary directory, and times:
+
+- the estimators on the in-memory columns (target ≤ 1 s);
+- ``draligned cess estimate F.jsonl --json`` end to end in a subprocess, wall time and peak RSS
+  (targets ≤ 10 s, ≤ 2 GB), and the same from F.parquet (target ≤ 2 s);
+- the question-level cluster bootstrap, 10,000 resamples × 200 questions (target ≤ 2 s);
+- the per-trajectory path it replaces (``load_trajectories`` + ``trajectory_estimates``) on the first
+  ``--baseline`` trajectories, extrapolated to N (CPU time).
+
+Wall and CPU seconds are both printed: on a machine shared with other jobs the wall time measures them.
+
+Prints one JSON object: every figure next to its target.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from itertools import islice
+from pathlib import Path
+
+import numpy as np
+import orjson
+
+from draligned.cess.column_estimators import estimate_columns
+from draligned.cess.columns import NEVER, ColumnBuilder, TrajectoryColumns
+from draligned.cess.estimators import trajectory_estimates
+from draligned.cess.metrics import cluster_ci
+from draligned.cess.parquet import write_parquet
+from draligned.cess.trajectory import load_trajectories
+
+N_DOCS, BUDGET, STOP, SEED, CHUNK = 20, 10, 0.02, 14, 20_000
+
+
+def generate(n: int, jsonl: Path) -> TrajectoryColumns:
+    """Write ``n`` trajectories to ``jsonl`` in chunks and return their columns (built without the files)."""
+    rng = np.random.default_rng(SEED)
+    ids = [f"d{j:02d}" for j in range(N_DOCS)]
+    builder = ColumnBuilder()
+    with jsonl.open("wb") as fh:
+        for start in range(0, n, CHUNK):
+            b = min(CHUNK, n - start)
+            logits = rng.normal(0.0, 1.0, (b, BUDGET, N_DOCS))
+            probs = np.exp(logits) / np.exp(logits).sum(axis=2, keepdims=True)
+            zero = rng.random(b) < 0.01  # support varies: document 0 unreachable in round 1
+            probs[zero, 0, 0] = 0.0
+            probs[zero, 0] /= probs[zero, 0].sum(axis=1, keepdims=True)
+            cdf = probs.cumsum(axis=2)
+            chosen = np.minimum((cdf < rng.random((b, BUDGET, 1)) * cdf[..., -1:]).sum(axis=2), N_DOCS - 1)
+            stops = 1 + (rng.random((b, BUDGET - 1)) >= STOP).cumprod(axis=1).sum(axis=1)  # T: first sampled stop
+            y, m = rng.uniform(-1, 1, (b, N_DOCS)), rng.uniform(-0.5, 0.5, (b, N_DOCS))
+            stop = np.where(np.arange(BUDGET) == 0, 0.0, STOP)
+            lines = []
+            for i in range(b):
+                t = int(stops[i])
+                lines.append(orjson.dumps({
+                    "trajectory_id": f"t{start + i:07d}", "task_id": f"q{(start + i) % 200:03d}",
+                    "ranking": ("original", "pro", "anti")[i % 3], "budget": BUDGET,
+                    "pool": {"doc_ids": ids, "y": y[i], "m": m[i]},
+                    "rounds": [{"probs": probs[i, k], "chosen": ids[chosen[i, k]], "stop_prob": stop[k]}
+                               for k in range(t)]}, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n")
+            fh.write(b"".join(lines))
+            mask = np.arange(BUDGET) < stops[:, None]
+            rows, rounds = np.nonzero(mask)
+            first = np.zeros((b, N_DOCS), np.int64)
+            first[zero, 0] = np.where(stops[zero] > 1, 1, NEVER)
+            builder.extend([f"t{start + i:07d}" for i in range(b)], [f"q{(start + i) % 200:03d}" for i in range(b)],
+                           budget=np.full(b, float(BUDGET)), n_docs=np.full(b, N_DOCS), doc_m=m.ravel(),
+                           doc_y=y.ravel(), first_support=first.ravel(), n_rounds=stops,
+                           chosen=chosen[rows, rounds], y=y[rows, chosen[rows, rounds]],
+                           p=probs[rows, rounds, chosen[rows, rounds]], stop=stop[rounds],
+                           full_support=(probs[rows, rounds] > 0).all(axis=1))
+    return builder.build()
+
+
+def _rss_mb(pid: int) -> float:
+    """Resident memory of a process and its children (MB; shared pages counted in each: an upper bound)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:  # it has just exited
+        return 0.0
+    own = next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0) / 1024
+    return own + sum(_rss_mb(int(child)) for child in children)
+
+
+def _cpu_children() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _timed_cli(path: Path) -> dict[str, float]:
+    """Wall time, CPU time (workers included: on a shared machine the wall time says more about the
+    other jobs) and peak RSS (polled every 20 ms, workers included) of ``cess estimate PATH --json``."""
+    start, peak, cpu = time.perf_counter(), 0.0, _cpu_children()
+    with open(os.devnull, "wb") as sink:
+        proc = subprocess.Popen([sys.executable, "-m", "draligned.cli", "cess", "estimate", str(path), "--json"],
+                                stdout=sink, stderr=subprocess.PIPE)
+        while proc.poll() is None:
+            peak = max(peak, _rss_mb(proc.pid))
+            time.sleep(0.02)
+    seconds = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise SystemExit(f"cess estimate {path} failed: {proc.stderr.read().decode() if proc.stderr else ''}")
+    return {"seconds": round(seconds, 2), "cpu_seconds": round(_cpu_children() - cpu, 2),
+            "peak_rss_mb": round(peak, 1)}
+
+
+def _bootstrap() -> float:
+    """Seconds of a 10,000-resample cluster bootstrap over 200 questions (50 runs each)."""
+    rng = np.random.default_rng(SEED)
+    values, questions = rng.normal(size=200 * 50), np.repeat(np.arange(200), 50)
+    start = time.perf_counter()
+    cluster_ci(values, questions, n_resamples=10_000)
+    return time.perf_counter() - start
+
+
+def _baseline(jsonl: Path, n: int, total: int, tmp: Path) -> dict[str, float]:
+    """The per-trajectory path (pydantic objects, padded batch) on the first ``n`` lines, extrapolated."""
+    head = tmp / "head.jsonl"
+    with jsonl.open("rb") as src:
+        head.write_bytes(b"".join(islice(src, n)))
+    start = time.process_time()
+    reports = trajectory_estimates(load_trajectories(head), 0.5)
+    lines = [r.model_dump_json() for r in reports]
+    seconds = time.process_time() - start
+    return {"trajectories": len(lines), "cpu_seconds": round(seconds, 2),
+            "extrapolated_cpu_seconds": round(seconds * total / len(lines), 1)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--trajectories", type=int, default=1_000_000, help="how many (10^6)")
+    ap.add_argument("--baseline", type=int, default=5_000, help="trajectories timed on the old path (5000)")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="cess-scale-") as tmp_name:
+        tmp = Path(tmp_name)
+        jsonl, parquet = tmp / "t.jsonl", tmp / "t.parquet"
+        start = time.perf_counter()
+        cols = generate(args.trajectories, jsonl)
+        write_parquet(jsonl, parquet)
+        setup = time.perf_counter() - start
+        start, cpu = time.perf_counter(), time.process_time()
+        estimate_columns(cols, 0.5)
+        in_memory, in_memory_cpu = time.perf_counter() - start, time.process_time() - cpu
+        del cols
+        report = {
+            "trajectories": args.trajectories, "docs": N_DOCS, "budget": BUDGET,
+            "jsonl_mb": round(jsonl.stat().st_size / 2**20), "parquet_mb": round(parquet.stat().st_size / 2**20),
+            "setup_seconds": round(setup, 1),
+            "estimators_in_memory": {"seconds": round(in_memory, 3), "cpu_seconds": round(in_memory_cpu, 3),
+                                     "target_seconds": 1.0},
+            "cess_estimate_jsonl": {**_timed_cli(jsonl), "target_seconds": 10.0, "target_rss_mb": 2048},
+            "cess_estimate_parquet": {**_timed_cli(parquet), "target_seconds": 2.0},
+            "cluster_bootstrap_10000x200": {"seconds": round(_bootstrap(), 3), "target_seconds": 2.0},
+            "before_per_trajectory_path": _baseline(jsonl, args.baseline, args.trajectories, tmp),
+            "machine": {"cpus": os.cpu_count(), "load_average": os.getloadavg(), "python": platform.python_version(),
+                        "processor": platform.processor() or platform.machine()},
+        }
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,129 @@
+"""Many logged trajectories as flat columns: offsets plus one array entry per document and per round.
+
+The padded :class:`~draligned.cess.batch.TrajectoryBatch` holds (B, K_max) and (B, N_max) arrays,
+and building it walks one Python object per trajectory. At a million trajectories both cost too much,
+so the loaders (:mod:`draligned.cess.fastload`, :mod:`draligned.cess.parquet`) fill this layout
+directly and :mod:`draligned.cess.column_estimators` computes every estimator over it with segment
+sums. Only what the estimators need is kept: of each round's probability vector, the chosen
+document's probability and whether every document had positive probability; of each document, the
+first round in which it had positive probability.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from draligned.cess.trajectory import Trajectory
+
+NEVER = np.iinfo(np.int64).max
+"""``first_support`` of a document that had probability 0 in every observed round."""
+
+
+@dataclass(frozen=True)
+class TrajectoryColumns:
+    """B trajectories, D = Σ N_b documents and R = Σ T_b rounds, in input order."""
+
+    trajectory_id: list[str]
+    """(B,) trajectory ids."""
+    task_id: list[str]
+    """(B,) task ids."""
+    budget: np.ndarray
+    """(B,) maximum budget K, as floats (it only divides; the schema puts no upper bound on it)."""
+    doc_start: np.ndarray
+    """(B + 1,) documents of trajectory b are ``doc_start[b]:doc_start[b + 1]``."""
+    doc_m: np.ndarray
+    """(D,) outcome-model prediction m(X_i) (0 where ``pool.m`` is absent)."""
+    doc_y: np.ndarray
+    """(D,) evidence score, NaN where unknown (target only)."""
+    first_support: np.ndarray
+    """(D,) first observed round (0-based) in which the document had positive probability, NEVER if none."""
+    round_start: np.ndarray
+    """(B + 1,) rounds of trajectory b are ``round_start[b]:round_start[b + 1]``."""
+    chosen: np.ndarray
+    """(R,) index of the chosen document J_t within its pool."""
+    y: np.ndarray
+    """(R,) evidence score of the chosen document (round value first, else ``pool.y``)."""
+    p: np.ndarray
+    """(R,) logged selection probability p_t of the chosen document."""
+    stop: np.ndarray
+    """(R,) logged stop probability c_t before the round."""
+    full_support: np.ndarray
+    """(R,) True when every pool document had positive probability in the round."""
+
+    def __len__(self) -> int:
+        return len(self.trajectory_id)
+
+    @property
+    def n_docs(self) -> np.ndarray:
+        """(B,) pool size N."""
+        return np.diff(self.doc_start)
+
+    @property
+    def n_rounds(self) -> np.ndarray:
+        """(B,) observed rounds T."""
+        return np.diff(self.round_start)
+
+    @property
+    def chosen_doc(self) -> np.ndarray:
+        """(R,) flat document index (into the per-document arrays) of each round's choice."""
+        return np.repeat(self.doc_start[:-1], self.n_rounds) + self.chosen
+
+    @classmethod
+    def from_trajectories(cls, trajectories: Sequence[Trajectory]) -> TrajectoryColumns:
+        """The columns of validated trajectory objects (m ≡ 0 where ``pool.m`` is absent)."""
+        builder = ColumnBuilder()
+        for traj in trajectories:
+            index = {doc: i for i, doc in enumerate(traj.pool.doc_ids)}
+            probs = np.array([r.probs for r in traj.rounds], float)
+            builder.add(traj.trajectory_id, traj.task_id, traj.budget, traj.pool.m,
+                        [np.nan if v is None else v for v in traj.pool.y or [None] * len(index)],
+                        probs, [index[r.chosen] for r in traj.rounds], [r.stop_prob for r in traj.rounds],
+                        traj.chosen_scores())
+        return builder.build()
+
+
+class ColumnBuilder:
+    """Collects trajectories (or whole chunks of them) into :class:`TrajectoryColumns`."""
+
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+        self.tasks: list[str] = []
+        self.parts: dict[str, list[np.ndarray]] = {name: [] for name in (
+            "budget", "n_docs", "doc_m", "doc_y", "first_support", "n_rounds", "chosen", "y", "p", "stop",
+            "full_support")}
+
+    def add(self, trajectory_id: str, task_id: str, budget: int, m: Sequence[float] | None,
+            y: Sequence[float], probs: np.ndarray, chosen: Sequence[int], stop: Sequence[float],
+            scores: Sequence[float]) -> None:
+        """One trajectory: ``probs`` is its (T, N) probability matrix, ``y`` its pool scores (NaN unknown)."""
+        positive = probs > 0
+        rounds = np.arange(len(chosen))
+        self.extend([trajectory_id], [task_id], budget=np.array([budget], float), n_docs=np.array([len(y)]),
+                    doc_m=np.zeros(len(y)) if m is None else np.asarray(m, float), doc_y=np.asarray(y, float),
+                    first_support=np.where(positive.any(axis=0), positive.argmax(axis=0), NEVER),
+                    n_rounds=np.array([len(chosen)]), chosen=np.asarray(chosen, np.int64),
+                    y=np.asarray(scores, float), p=probs[rounds, chosen], stop=np.asarray(stop, float),
+                    full_support=np.asarray(positive.all(axis=1)))
+
+    def extend(self, ids: list[str], tasks: list[str], **arrays: np.ndarray) -> None:
+        """Many trajectories at once, as arrays named like :class:`TrajectoryColumns` fields."""
+        self.ids += ids
+        self.tasks += tasks
+        for name, parts in self.parts.items():
+            parts.append(arrays[name])
+
+    def build(self) -> TrajectoryColumns:
+        """The collected trajectories as one set of columns (each field joined, then its parts freed)."""
+        kinds = {"budget": float, "n_docs": np.int64, "doc_m": float, "doc_y": float, "first_support": np.int64,
+                 "n_rounds": np.int64, "chosen": np.int64, "y": float, "p": float, "stop": float, "full_support": bool}
+        cat = {}
+        for name, parts in self.parts.items():
+            cat[name] = (np.concatenate(parts) if parts else np.zeros(0)).astype(kinds[name], copy=False)
+            parts.clear()
+        starts = {name: np.concatenate([[0], np.cumsum(cat.pop(name), dtype=np.int64)])
+                  for name in ("n_docs", "n_rounds")}
+        return TrajectoryColumns(trajectory_id=self.ids, task_id=self.tasks, doc_start=starts["n_docs"],
+                                 round_start=starts["n_rounds"], **cat)

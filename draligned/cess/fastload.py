@@ -1,0 +1,308 @@
+"""Load a JSON Lines trajectory file into :class:`TrajectoryColumns`, validating every line fast.
+
+Each line is parsed by orjson and checked by hand-written shape checks (keys, types, lengths, doc ids)
+and, per chunk of lines, by vectorised numpy checks of every number (ranges, probability sums, the
+chosen document's probability, c_1 = 0, Y known and consistent). A line that fails any of them, or
+that orjson cannot parse, goes to the full validator :func:`draligned.cess.trajectory.parse_trajectory`
+(strict JSON, jsonschema, pydantic, the semantic rules), which raises the same error, naming line and
+field, as :func:`draligned.cess.trajectory.load_trajectories`; a line the fast checks only doubted (a
+sum within rounding of the tolerance) is kept when the full validator accepts it. The fast checks
+accept nothing the full validator rejects: they are stricter, never looser.
+
+Repeated keys, which orjson would silently collapse, are caught by counting quotes
+(:func:`_no_repeated_key`): the line must hold exactly as many strings as the parsed record.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from concurrent.futures import ProcessPoolExecutor
+from itertools import chain, repeat
+from multiprocessing import get_context
+from operator import itemgetter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+from draligned.cess.columns import NEVER, ColumnBuilder, TrajectoryColumns
+from draligned.cess.trajectory import PROB_SUM_TOLERANCE, TrajectoryError, parse_trajectory
+
+CHUNK_BYTES = 32 << 20
+"""Lines are read, parsed and checked in chunks of about this many bytes (bounded memory)."""
+_SUM_MARGIN = 1e-9
+"""Sums this close to the tolerance go to the exact check (math.fsum) of the full validator."""
+_TOP, _TOP_REQUIRED = {"trajectory_id", "task_id", "ranking", "budget", "pool", "rounds"}, {
+    "trajectory_id", "task_id", "budget", "pool", "rounds"}
+_POOL = {"doc_ids", "y", "m"}
+_ROUND, _ROUND_REQUIRED = {"probs", "chosen", "stop_prob", "y"}, {"probs", "chosen", "stop_prob"}
+_RANKINGS = ("original", "pro", "anti", None)
+_NUMBER, _NUMBER_OR_NULL = {float, int}, {float, int, type(None)}
+_PROBS, _CHOSEN, _STOP = itemgetter("probs"), itemgetter("chosen"), itemgetter("stop_prob")
+
+
+def _no_repeated_key(raw: bytes, strings: int) -> bool:
+    """True when ``raw`` holds no more strings than the ``strings`` (keys included) its parsed record has.
+
+    Every ``"`` of a JSON text opens or closes a string or is escaped inside one, so the line holds
+    2 × (its string tokens) + (escaped quotes) of them; a repeated key adds at least its own token.
+    False also when it cannot tell (an escaped quote): then the strict parser decides.
+    """
+    return raw.count(b'"') == 2 * strings
+
+
+class _Chunk:
+    """The gathered values of the lines of one chunk that passed the shape checks."""
+
+    def __init__(self) -> None:
+        self.lines: list[int] = []
+        self.ids: list[str] = []
+        self.tasks: list[str] = []
+        self.budget: list[int] = []
+        self.n_docs: list[int] = []
+        self.n_rounds: list[int] = []
+        self.doc_y: list[Any] = []
+        self.doc_m: list[Any] = []
+        self.probs: list[Any] = []
+        self.chosen: list[int] = []
+        self.stop: list[Any] = []
+        self.round_y: list[Any] = []
+        self.numbers: dict[str, np.ndarray] = {}
+        """``probs``, ``doc_m`` and ``stop`` as arrays, once their types are checked."""
+
+    def take(self, rec: Any, raw: bytes | None, typed: bool = False) -> bool:
+        """Gather ``rec`` if it has the schema's shape (and, from ``raw``, no repeated key); else False.
+
+        The numbers' types are checked per chunk (:meth:`number_types_ok`), or here when ``typed``.
+        """
+        if type(rec) is not dict or not rec.keys() <= _TOP or not rec.keys() >= _TOP_REQUIRED:
+            return False
+        tid, task, budget, pool, rounds = (rec["trajectory_id"], rec["task_id"], rec["budget"], rec["pool"],
+                                           rec["rounds"])
+        if type(tid) is not str or not tid or type(task) is not str or not task or type(budget) is not int:
+            return False
+        if rec.get("ranking") not in _RANKINGS or budget < 1 or type(pool) is not dict:
+            return False
+        if not pool.keys() <= _POOL or type(ids := pool.get("doc_ids")) is not list or not ids:
+            return False
+        n, y, m = len(ids), pool.get("y"), pool.get("m")
+        if set(map(type, ids)) != {str} or "" in ids or len(set(ids)) != n:
+            return False
+        if y is not None and (type(y) is not list or len(y) != n):
+            return False
+        if m is not None and (type(m) is not list or len(m) != n):
+            return False
+        if type(rounds) is not list or not rounds or len(rounds) > budget or set(map(type, rounds)) != {dict}:
+            return False
+        if not all(_ROUND_REQUIRED <= set(keys) <= _ROUND for keys in set(map(tuple, rounds))):
+            return False
+        probs, chosen = list(map(_PROBS, rounds)), list(map(_CHOSEN, rounds))
+        if set(map(type, chosen)) != {str}:
+            return False
+        chosen = list(map(dict(zip(ids, range(n), strict=True)).get, chosen))  # None: not a pool id
+        if set(map(type, probs)) != {list} or set(map(len, probs)) != {n} or None in chosen:
+            return False
+        stop, round_y = list(map(_STOP, rounds)), list(map(dict.get, rounds, repeat("y")))
+        if typed and not all(set(map(type, v)) <= _NUMBER for v in (*probs, m or (), stop)):
+            return False
+        if typed and not all(set(map(type, v)) <= _NUMBER_OR_NULL for v in (y or (), round_y)):
+            return False
+        strings = len(rec) + len(pool) + sum(map(len, rounds)) + 2 + (type(rec.get("ranking")) is str) + n + len(rounds)
+        if raw is not None and not _no_repeated_key(raw, strings):
+            return False
+        self.ids.append(tid)
+        self.tasks.append(task)
+        self.budget.append(budget)
+        self.n_docs.append(n)
+        self.n_rounds.append(len(rounds))
+        self.doc_y.extend(y if y is not None else [None] * n)
+        self.doc_m.extend(m if m is not None else [0.0] * n)
+        self.probs.extend(chain.from_iterable(probs))
+        self.chosen.extend(chosen)
+        self.stop.extend(stop)
+        self.round_y.extend(round_y)
+        return True
+
+    def number_types_ok(self, text: bytes) -> bool:
+        """Every gathered number a plain int or float (not a bool, string or null), nulls only where allowed.
+
+        ``text`` is the chunk's bytes: without a ``true`` or ``false`` in it no value is a bool, and an
+        array numpy builds from a list of ints and floats only has an integer or float dtype.
+        """
+        if b"true" in text or b"false" in text:
+            return False
+        self.numbers = {name: np.array(getattr(self, name)) for name in ("probs", "doc_m", "stop")}
+        return (all(a.dtype.kind in "fi" or not a.size for a in self.numbers.values())
+                and all(set(map(type, v)) <= _NUMBER_OR_NULL for v in (self.doc_y, self.round_y)))
+
+    def check(self) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Per gathered line, whether a number breaks a rule (or comes close), and the column arrays."""
+        n_docs, n_rounds = np.array(self.n_docs, np.int64), np.array(self.n_rounds, np.int64)
+        b = len(n_docs)
+        owner_r = np.repeat(np.arange(b), n_rounds)
+        owner_d = np.repeat(np.arange(b), n_docs)
+        probs = np.asarray(self.numbers.get("probs", self.probs), float)
+        per_round = n_docs[owner_r]
+        prob_start = np.concatenate([[0], np.cumsum(per_round)])[:-1]
+        doc_start = np.concatenate([[0], np.cumsum(n_docs)])[:-1]
+        doc_y = np.array(self.doc_y, float)  # None → NaN
+        stop, round_y = np.asarray(self.numbers.get("stop", self.stop), float), np.array(self.round_y, float)
+        chosen = np.array(self.chosen, np.int64)
+        pool_y = doc_y[doc_start[owner_r] + chosen]
+        scores = np.where(np.isnan(round_y), pool_y, round_y)
+        p = probs[prob_start + chosen] if len(probs) else np.zeros(0)
+        low = np.minimum.reduceat(probs, prob_start) if len(probs) else np.zeros(0)
+        first = np.zeros(len(stop), bool)
+        first[np.concatenate([[0], np.cumsum(n_rounds)])[:-1]] = True
+        bad_round = ((low < 0) | (np.abs(np.add.reduceat(probs, prob_start) - 1.0) > PROB_SUM_TOLERANCE - _SUM_MARGIN)
+                     | ~(p > 0) | ~(stop >= 0) | ~(stop < 1) | (first & (stop != 0)) | np.isnan(scores)
+                     | (round_y < -1) | (round_y > 1) | (np.abs(round_y - pool_y) > 1e-9))
+        bad_doc = (doc_y < -1) | (doc_y > 1)
+        bad = (np.bincount(owner_r, bad_round, b) > 0) | (np.bincount(owner_d, bad_doc, b) > 0)
+        full = low > 0
+        first_support = np.zeros(len(doc_y), np.int64)
+        varying = np.nonzero(np.bincount(owner_r, ~full, b) > 0)[0]
+        for row in varying.tolist():  # rare: some document had probability 0 in some round
+            r0, d0 = int(np.searchsorted(owner_r, row)), int(doc_start[row])
+            block = probs[prob_start[r0]:prob_start[r0] + n_rounds[row] * n_docs[row]].reshape(n_rounds[row], -1) > 0
+            first_support[d0:d0 + n_docs[row]] = np.where(block.any(axis=0), block.argmax(axis=0), NEVER)
+        doc_m = np.asarray(self.numbers.get("doc_m", self.doc_m), float)
+        arrays = {"budget": np.array(self.budget, float), "n_docs": n_docs, "doc_m": doc_m,
+                  "doc_y": doc_y, "first_support": first_support, "n_rounds": n_rounds, "chosen": chosen,
+                  "y": scores, "p": p, "stop": stop, "full_support": full}
+        return bad, arrays
+
+
+def _full_check(raw: bytes, number: int) -> Any | None:
+    """The record of a line the full validator accepts (None for a blank line); its error otherwise."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise TrajectoryError(number, "<json>", f"not UTF-8 text: {exc}") from None
+    if not text.strip():
+        return None
+    return parse_trajectory(text, number).model_dump()
+
+
+def _first_duplicate(ids: list[str], lines: list[int], seen: set[str]) -> TrajectoryError | None:
+    for tid, line in zip(ids, lines, strict=True):
+        if tid in seen:
+            return TrajectoryError(line, "trajectory_id", f"duplicate id {tid!r}")
+        seen.add(tid)
+    return None
+
+
+def _gather(raws: list[bytes], first_line: int, typed: bool) -> tuple[_Chunk, TrajectoryError | None]:
+    """The lines of a chunk up to the first one the full validator rejects, and its error."""
+    chunk = _Chunk()
+    for offset, raw in enumerate(raws):
+        number = first_line + offset
+        if not raw.strip():
+            continue
+        try:
+            rec: Any = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            rec = None
+        if rec is not None and chunk.take(rec, raw, typed):
+            chunk.lines.append(number)
+            continue
+        try:  # doubtful line: the full validator decides, and names what is wrong
+            checked = _full_check(raw, number)
+        except TrajectoryError as exc:
+            return chunk, exc
+        if checked is not None:
+            if not chunk.take(checked, None, True):
+                raise AssertionError(f"line {number}: the shape checks reject a record the full validator accepts")
+            chunk.lines.append(number)
+    return chunk, None
+
+
+def _check_chunk(raws: list[bytes], first_line: int) -> tuple[_Chunk, dict[str, np.ndarray], TrajectoryError | None]:
+    """The chunk's valid lines as arrays, and the full validator's error for its first invalid line."""
+    chunk, error = _gather(raws, first_line, typed=False)
+    if not chunk.number_types_ok(b"".join(raws)):  # maybe a line holds a non-number: check line by line
+        chunk, error = _gather(raws, first_line, typed=True)
+    bad, arrays = chunk.check() if chunk.ids else (np.zeros(0, bool), {})
+    for i in np.nonzero(bad)[0].tolist():
+        line = chunk.lines[i]
+        if error is not None and line > error.line:
+            break
+        try:
+            _full_check(raws[line - first_line], line)
+        except TrajectoryError as exc:
+            error = exc
+            break
+    return chunk, arrays, error
+
+
+def _add_chunk(chunk: _Chunk, arrays: dict[str, np.ndarray], error: TrajectoryError | None, seen: set[str],
+               builder: ColumnBuilder, first_line: int = 1) -> None:
+    """Add a checked chunk; raise its first problem in file order (an invalid line or a repeated id).
+    ``first_line`` numbers a worker's chunk, whose lines count from 1."""
+    duplicate = _first_duplicate(chunk.ids, [n + first_line - 1 for n in chunk.lines], seen)
+    if duplicate is not None and (error is None or duplicate.line < error.line):
+        raise duplicate
+    if error is not None:
+        raise error
+    if chunk.ids:
+        builder.extend(chunk.ids, chunk.tasks, **arrays)
+
+
+def _read_range(path: Path, start: int, end: int) -> list[bytes]:
+    with path.open("rb") as handle:
+        handle.seek(start)
+        return io.BytesIO(handle.read(end - start)).readlines()  # lines end at \n only, as when iterating a file
+
+
+def _worker(path: Path, start: int, end: int) -> tuple[int, _Chunk, dict[str, np.ndarray], bool]:
+    """Check the lines of one byte range (numbered from 1 within it): count, chunk (ids, tasks and lines
+    only: the arrays hold its numbers), arrays, invalid?"""
+    raws = _read_range(path, start, end)
+    chunk, arrays, error = _check_chunk(raws, 1)
+    slim = _Chunk()
+    slim.ids, slim.tasks, slim.lines = chunk.ids, chunk.tasks, chunk.lines
+    return len(raws), slim, arrays, error is not None
+
+
+def _ranges(path: Path) -> list[tuple[int, int]]:
+    """Byte ranges of about CHUNK_BYTES that end at a line end."""
+    size, bounds = path.stat().st_size, [0]
+    with path.open("rb") as handle:
+        while bounds[-1] + CHUNK_BYTES < size:
+            handle.seek(bounds[-1] + CHUNK_BYTES)
+            handle.readline()
+            bounds.append(min(handle.tell(), size))
+    return [(a, b) for a, b in zip(bounds, [*bounds[1:], size], strict=True) if a < b]
+
+
+def load_columns(path: str | Path, workers: int | None = None) -> TrajectoryColumns:
+    """Read and validate a JSON Lines trajectory file as columns (the rules and errors of
+    :func:`draligned.cess.trajectory.load_trajectories`, including refusing a file with no trajectory).
+
+    Chunks are checked in ``workers`` processes (default: one per core) when the file has several;
+    results are added in file order, and a chunk with an invalid line is checked again here, numbered
+    from its first line, so the error is the one a single pass raises.
+    """
+    path = Path(path)
+    builder, seen, line = ColumnBuilder(), set[str](), 1
+    ranges = _ranges(path)
+    workers = min(workers or os.cpu_count() or 1, len(ranges))
+    if workers > 1:
+        with ProcessPoolExecutor(workers, mp_context=get_context("fork")) as pool:
+            for (start, end), (count, chunk, arrays, invalid) in zip(
+                    ranges, pool.map(_worker, repeat(path), *zip(*ranges, strict=True)), strict=True):
+                if invalid:  # numbered from its real first line, the recheck raises what one pass raises
+                    _add_chunk(*_check_chunk(_read_range(path, start, end), line), seen, builder)
+                else:
+                    _add_chunk(chunk, arrays, None, seen, builder, line)
+                line += count
+    else:
+        for start, end in ranges:
+            raws = _read_range(path, start, end)
+            _add_chunk(*_check_chunk(raws, line), seen, builder)
+            line += len(raws)
+    if not builder.ids:
+        raise TrajectoryError(0, "<file>", "no trajectories (the file is empty or has only blank lines)")
+    return builder.build()
