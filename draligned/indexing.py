@@ -52,6 +52,13 @@ def refresh(archive: Archive, files: str | None = None) -> Path:
     return path
 
 
+def index_state(archive: Archive, files: str) -> str | None:
+    """What the index holds: "built from the files" when this code built it from the files at fingerprint
+    ``files``, otherwise its file stamp (None when there is none): an index written to since is told apart."""
+    stamp = file_stamp(index_path(archive))
+    return "built from the files" if holds(archive, INDEXED, files, index=stamp) is not None else stamp
+
+
 def verify(archive: Archive, files: str | None = None) -> list[str]:
     """One problem line per missing or altered file of any supplier; empty when the archive is intact (then
     marked verified at its fingerprint before the check, ``files`` when the caller just took it)."""

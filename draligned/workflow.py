@@ -25,7 +25,7 @@ from draligned.evaluator.reading import PHASES, ReadSummary, read_archive
 from draligned.guards import check_intact, default_reader, open_archive, report_plan, require_reader
 from draligned.harness import ContractError
 from draligned.hashing import sha256_json
-from draligned.indexing import connect, rebuild, refresh
+from draligned.indexing import connect, ensure, index_state, rebuild, refresh
 from draligned.models import ModelError
 from draligned.models.batch import BatchStatus
 from draligned.models.cache import CacheMode
@@ -193,10 +193,11 @@ def make_report(archive: str | Path, plan_path: str | Path | None, evaluator: st
     evaluator_id = default_reader(opened) if evaluator is None else require_reader(opened, evaluator)
     files = fingerprint(opened)
     check_intact(opened, verify, files=files)
-    refresh(opened, files)  # the report reads the index: built if missing, rebuilt if the files changed
+    ensure(opened)  # the report reads the index; an archive without one gets it built
     out = Path(out)
-    inputs = sha256_json({"files": files, "plan": loaded.plan.model_dump(mode="json"), "evaluator": evaluator_id,
-                          "verified": verify, "code": code_fingerprint()})
+    inputs = sha256_json({"files": files, "index": index_state(opened, files), "evaluator": evaluator_id,
+                          "plan": loaded.plan.model_dump(mode="json"), "verified": verify,
+                          "code": code_fingerprint()})
     queries = kept_queries(out, inputs)
     if queries is None:
         # Imported here so that other commands, and a kept report, do not pay for loading matplotlib.

@@ -24,6 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from draligned.archive.store import Archive
+from draligned.archive.verify import in_parallel
+
+CHUNK = 8192
+"""Files stat'ed per chunk of a fingerprint."""
 
 MARKS = ".marks.json"
 """The marks file in the archive root."""
@@ -40,8 +44,10 @@ def fingerprint(archive: Archive, *folders: str) -> str:
 
 def tree_fingerprint(root: Path, chosen: Callable[[os.DirEntry[str]], bool]) -> str:
     """The sha256 of the path, size, inode, mtime and ctime of every file under the ``chosen`` entries of
-    ``root`` (a chosen file counts itself, a chosen folder everything in it)."""
-    lines: list[str] = []
+    ``root`` (a chosen file counts itself, a chosen folder everything in it). The files are listed here and
+    stat'ed in chunks of CHUNK (one worker process per core for several chunks): each chunk's digest, in
+    path order, goes into the fingerprint, so it does not depend on the number of cores."""
+    paths: list[str] = []
     prefix = len(str(root)) + 1
     with os.scandir(root) as top:
         stack = [e for e in top if chosen(e)]
@@ -50,11 +56,27 @@ def tree_fingerprint(root: Path, chosen: Callable[[os.DirEntry[str]], bool]) -> 
         if entry.is_dir(follow_symlinks=False):
             with os.scandir(entry.path) as entries:
                 stack.extend(entries)
-            continue
-        st = entry.stat(follow_symlinks=False)
-        lines.append(f"{entry.path[prefix:]}\0{st.st_size}\0{st.st_ino}\0{st.st_mtime_ns}\0{st.st_ctime_ns}")
-    lines.sort()
-    return hashlib.sha256("\n".join(lines).encode()).hexdigest()
+        else:
+            paths.append(entry.path[prefix:])
+    paths.sort()
+    chunks = [(str(root), paths[i:i + CHUNK]) for i in range(0, len(paths), CHUNK)]
+    return hashlib.sha256("\n".join(in_parallel(_stat_digest, chunks, at_least=2)).encode()).hexdigest()
+
+
+def _stat_digest(chunks: list[tuple[str, list[str]]]) -> list[str]:
+    """Per chunk (root, relative paths): the sha256 of each file's path, size, inode, mtime and ctime."""
+    digests = []
+    for root, paths in chunks:
+        stats: list[tuple[str, int, int, int, int] | tuple[str]] = []
+        for rel in paths:
+            try:
+                st = os.lstat(os.path.join(root, rel))
+            except FileNotFoundError:  # removed since it was listed: that changes the fingerprint too
+                stats.append((rel,))
+                continue
+            stats.append((rel, st.st_size, st.st_ino, st.st_mtime_ns, st.st_ctime_ns))
+        digests.append(hashlib.sha256(repr(stats).encode()).hexdigest())
+    return digests
 
 
 def file_stamp(path: Path) -> str | None:

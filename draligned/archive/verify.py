@@ -62,11 +62,11 @@ def blob_files(archive: Archive) -> dict[str, str]:
     return found
 
 
-def in_parallel(check: Callable[[list[Item]], list[T]], items: list[Item]) -> list[T]:
-    """``check`` over ``items`` in chunks, in one forked worker process per core when there are at least
-    PARALLEL_FROM items (fewer are checked here: starting workers would cost more); results in order."""
+def in_parallel(check: Callable[[list[Item]], list[T]], items: list[Item], at_least: int = PARALLEL_FROM) -> list[T]:
+    """``check`` over ``items`` in chunks, in one forked worker process per core when there are ``at_least``
+    items (fewer are checked here: starting workers would cost more); results in order."""
     workers = min(os.cpu_count() or 1, 8)
-    if workers < 2 or len(items) < PARALLEL_FROM:
+    if workers < 2 or len(items) < at_least:
         return check(items)
     size = -(-len(items) // (workers * 4))
     chunks = [items[i:i + size] for i in range(0, len(items), size)]
