@@ -3,7 +3,7 @@
 Run: ``python benchmarks/archive_scale.py [--dir DIR] [--runs 4000]`` (from the checkout). The archive is made
 once (the ``sim`` agents under H00, ``studies/demo.toml`` with many seeds, run at concurrency 64 in stages of
 1/4, 1/2 and all runs so reindex can be timed at each size) and kept under ``--dir`` (default a fixed temp
-directory) and read once with the SIMULATOR evaluator; a rerun reuses it. Every command is run as the user
+directory), each stage read once with the SIMULATOR evaluator; a rerun reuses it. Every command is run as the user
 runs it (``draligned ...`` in a subprocess) and timed by wall clock: a first read and report (which find
 nothing remembered: they verify, build every packet and the whole report), then verify,
 reindex per size, and the read and report with nothing new (best of ``--repeat``). Prints one JSON object:
@@ -50,8 +50,8 @@ def write_study(path: Path, seeds: int, archive: Path) -> None:
 
 def build(root: Path, runs: int) -> dict[int, Path]:
     """Archives of runs/4, runs/2 and runs runs under ``root`` (each stage a hard-linked copy of the previous,
-    extended by resuming a study with more seeds: archived files are write-once), the last one read and
-    reported once. Returns each size's archive; stages already built are reused."""
+    extended by resuming a study with more seeds: archived files are write-once), each read once with the
+    SIMULATOR evaluator. Returns each size's archive; stages already built are reused."""
     stages: dict[int, Path] = {}
     previous: Path | None = None
     for size in (runs // 4, runs // 2, runs):
@@ -69,12 +69,12 @@ def build(root: Path, runs: int) -> dict[int, Path]:
             draligned("run", study)
             built.write_text("")
         previous = archive
-    last = stages[runs]
-    read_once = root / f"archive-{runs}.read"
-    if not read_once.exists():
-        print(f"reading {last} once ...", file=sys.stderr)
-        draligned("read", last, "--evaluator", SIM)
-        read_once.write_text("")
+    for size, archive in stages.items():  # read after every stage is built: a read adds files to its stage only
+        read_once = root / f"archive-{size}.read"
+        if not read_once.exists():
+            print(f"reading {archive} once ...", file=sys.stderr)
+            draligned("read", archive, "--evaluator", SIM)
+            read_once.write_text("")
     return stages
 
 

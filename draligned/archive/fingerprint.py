@@ -19,15 +19,12 @@ import json
 import os
 import tempfile
 from collections.abc import Callable
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 from typing import Any
 
 from draligned.archive.store import Archive
 from draligned.archive.verify import in_parallel
-
-CHUNK = 8192
-"""Files stat'ed per chunk of a fingerprint."""
 
 MARKS = ".marks.json"
 """The marks file in the archive root."""
@@ -44,39 +41,51 @@ def fingerprint(archive: Archive, *folders: str) -> str:
 
 def tree_fingerprint(root: Path, chosen: Callable[[os.DirEntry[str]], bool]) -> str:
     """The sha256 of the path, size, inode, mtime and ctime of every file under the ``chosen`` entries of
-    ``root`` (a chosen file counts itself, a chosen folder everything in it). The files are listed here and
-    stat'ed in chunks of CHUNK (one worker process per core for several chunks): each chunk's digest, in
-    path order, goes into the fingerprint, so it does not depend on the number of cores."""
-    paths: list[str] = []
-    prefix = len(str(root)) + 1
+    ``root`` (a chosen file counts itself, a chosen folder everything in it). Each chosen folder's own files
+    and each of its subfolders are one unit, stat'ed in a worker process per core when there are many; each
+    unit's digest, in path order, goes into the fingerprint, so it does not depend on the number of cores."""
+    units: list[tuple[str, bool]] = []  # (a folder, whether its subfolders count too)
+    files: list[str] = []
     with os.scandir(root) as top:
-        stack = [e for e in top if chosen(e)]
-    while stack:
-        entry = stack.pop()
-        if entry.is_dir(follow_symlinks=False):
-            with os.scandir(entry.path) as entries:
-                stack.extend(entries)
-        else:
-            paths.append(entry.path[prefix:])
-    paths.sort()
-    chunks = [(str(root), paths[i:i + CHUNK]) for i in range(0, len(paths), CHUNK)]
-    return hashlib.sha256("\n".join(in_parallel(_stat_digest, chunks, at_least=2)).encode()).hexdigest()
-
-
-def _stat_digest(chunks: list[tuple[str, list[str]]]) -> list[str]:
-    """Per chunk (root, relative paths): the sha256 of each file's path, size, inode, mtime and ctime."""
-    digests = []
-    for root, paths in chunks:
-        stats: list[tuple[str, int, int, int, int] | tuple[str]] = []
-        for rel in paths:
-            try:
-                st = os.lstat(os.path.join(root, rel))
-            except FileNotFoundError:  # removed since it was listed: that changes the fingerprint too
-                stats.append((rel,))
+        for entry in top:
+            if not chosen(entry):
                 continue
-            stats.append((rel, st.st_size, st.st_ino, st.st_mtime_ns, st.st_ctime_ns))
-        digests.append(hashlib.sha256(repr(stats).encode()).hexdigest())
+            if not entry.is_dir(follow_symlinks=False):
+                files.append(entry.name)
+                continue
+            units.append((entry.path, False))
+            with os.scandir(entry.path) as entries:
+                units += [(e.path, True) for e in entries if e.is_dir(follow_symlinks=False)]
+    units.sort()
+    digests = in_parallel(partial(_unit_digests, len(str(root)) + 1), units, at_least=32)
+    lines = [f"{path}:{digest}" for (path, _), digest in zip(units, digests, strict=True)]
+    lines += [f"{name}:{_stats_digest([(name, os.lstat(root / name))])}" for name in sorted(files)]
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()
+
+
+def _unit_digests(prefix: int, units: list[tuple[str, bool]]) -> list[str]:
+    """Per unit (folder, recursive): the digest of every file's path (after ``prefix`` characters) and stat."""
+    digests = []
+    for path, recursive in units:
+        found: list[tuple[str, os.stat_result]] = []
+        stack = [path]
+        while stack:
+            with os.scandir(stack.pop()) as entries:
+                for entry in entries:
+                    if entry.is_dir(follow_symlinks=False):
+                        if recursive:
+                            stack.append(entry.path)
+                    else:
+                        found.append((entry.path[prefix:], entry.stat(follow_symlinks=False)))
+        digests.append(_stats_digest(found))
     return digests
+
+
+def _stats_digest(found: list[tuple[str, os.stat_result]]) -> str:
+    """The sha256 of each file's path, size, inode, mtime and ctime, in path order."""
+    found.sort(key=lambda f: f[0])
+    return hashlib.sha256(repr([(p, st.st_size, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
+                                for p, st in found]).encode()).hexdigest()
 
 
 def file_stamp(path: Path) -> str | None:

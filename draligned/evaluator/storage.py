@@ -30,7 +30,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from draligned.archive.store import Archive, ArchiveError, write_once
-from draligned.archive.verify import blob_files, in_parallel
+from draligned.archive.verify import blob_files, in_parallel, read_file
 from draligned.evaluator.ingest import ExtractedItem, RequestLabel
 from draligned.evaluator.packets import Manifest
 from draligned.records import GatewayInfo, Record, Usage, later
@@ -239,8 +239,7 @@ def _read_file_problems(files: list[tuple[str, str]]) -> list[tuple[str, str | N
         model: type[Record] = (Manifest if top == "packets" else ReadRecord if top in ("reads", "batch_failed")
                                else BatchClosed if name.endswith(".closed.json") else BatchRecord)
         try:
-            with open(name, "rb") as f:
-                rec = model.model_validate_json(f.read())
+            rec = model.model_validate_json(read_file(name))
         except ValueError as exc:
             found.append((f"{name}: unreadable {model.__name__} ({str(exc).splitlines()[0]})", None))
             continue
