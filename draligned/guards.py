@@ -14,7 +14,7 @@ from draligned.archive.verify import record_problems
 from draligned.data import data_dir
 from draligned.evaluator.config import Evaluator, EvaluatorError, load_evaluator
 from draligned.evaluator.storage import ReadStore
-from draligned.indexing import verify
+from draligned.indexing import verify_changed
 
 REFUSALS = (ArchiveError, EvaluatorError, PlanError)
 """What a command raises when it refuses its input (the CLI prints ``error: ...`` and exits 2)."""
@@ -38,13 +38,14 @@ def open_archive(path: str | Path) -> Archive:
     return archive
 
 
-def check_intact(archive: Archive, enabled: bool = True, records_only: bool = False) -> None:
+def check_intact(archive: Archive, enabled: bool = True, records_only: bool = False, files: str | None = None) -> None:
     """ArchiveError naming each altered or missing file (records, blobs, reads, leftovers) unless the
-    archive verifies; ``records_only`` checks just the run records (what ``run`` reads: no blob is hashed);
-    ``enabled`` False is the caller's ``--no-verify``."""
+    archive verifies (files unchanged since a verify found them intact, at fingerprint ``files`` when the
+    caller just took it, are not hashed again); ``records_only`` checks just the run records (what ``run``
+    reads: no blob is hashed); ``enabled`` False is the caller's ``--no-verify``."""
     if not enabled:
         return
-    problems = record_problems(archive) if records_only else verify(archive)
+    problems = record_problems(archive) if records_only else verify_changed(archive, files)
     if problems:
         more = len(problems) - _SHOWN_PROBLEMS
         raise ArchiveError(f"{archive.root}: damaged archive ({len(problems)} problem(s)); refusing to produce "

@@ -4,6 +4,10 @@ The archive (:mod:`draligned.archive`) knows only its run records and blobs; the
 CESS estimates and the reviews each supply an :class:`~draligned.archive.tables.ArchiveTables`.
 This module sits above them all and is the one place that lists them: adding a derived table
 means adding its supplier here, never editing the storage layer.
+
+Both remember what they found at the archive's fingerprint (:mod:`draligned.archive.fingerprint`): a
+command that finds the files unchanged since a verify found them intact, or since the index was built
+from them, need not hash or index them again.
 """
 
 from __future__ import annotations
@@ -12,12 +16,13 @@ from pathlib import Path
 
 import duckdb
 
+from draligned.archive.fingerprint import file_stamp, fingerprint, holds, remember
 from draligned.archive.index import connect as _open_index
 from draligned.archive.index import index_path, rebuild_index
 from draligned.archive.runs import RUN_TABLES
 from draligned.archive.store import Archive
 from draligned.archive.tables import ArchiveTables
-from draligned.archive.verify import verify_archive
+from draligned.archive.verify import missing_records, verify_archive
 from draligned.cess.archive_runs import CESS_TABLES
 from draligned.evaluator.index import EVALUATOR_TABLES
 from draligned.evaluator.review import REVIEW_FILES
@@ -25,15 +30,57 @@ from draligned.evaluator.review import REVIEW_FILES
 DERIVED: tuple[ArchiveTables, ...] = (RUN_TABLES, CESS_TABLES, EVALUATOR_TABLES, REVIEW_FILES)
 """Every supplier, in the order their tables are created and filled."""
 
-
-def rebuild(archive: Archive) -> Path:
-    """Rebuild ``index.duckdb`` with every supplier's tables; returns its path."""
-    return rebuild_index(archive, DERIVED)
+VERIFIED, INDEXED = "verified", "indexed"
+"""The marks of a clean verify and of an index build."""
 
 
-def verify(archive: Archive) -> list[str]:
-    """One problem line per missing or altered file of any supplier; empty when the archive is intact."""
-    return verify_archive(archive, DERIVED)
+def rebuild(archive: Archive, files: str | None = None) -> Path:
+    """Rebuild ``index.duckdb`` with every supplier's tables and mark it as built from the files at their
+    fingerprint before the build (``files``, when the caller just took it); returns its path."""
+    files = files or fingerprint(archive)
+    path = rebuild_index(archive, DERIVED)
+    remember(archive, INDEXED, files, index=file_stamp(path))
+    return path
+
+
+def refresh(archive: Archive, files: str | None = None) -> Path:
+    """The index, rebuilt unless it was built from the files as they are now (fingerprint ``files``)."""
+    files = files or fingerprint(archive)
+    path = index_path(archive)
+    if holds(archive, INDEXED, files, index=file_stamp(path)) is None:
+        rebuild(archive, files)
+    return path
+
+
+def index_state(archive: Archive, files: str) -> str | None:
+    """What the index holds: "built from the files" when this code built it from the files at fingerprint
+    ``files``, otherwise its file stamp (None when there is none): an index written to since is told apart."""
+    stamp = file_stamp(index_path(archive))
+    return "built from the files" if holds(archive, INDEXED, files, index=stamp) is not None else stamp
+
+
+def verify(archive: Archive, files: str | None = None) -> list[str]:
+    """One problem line per missing or altered file of any supplier; empty when the archive is intact (then
+    marked verified at its fingerprint before the check, ``files`` when the caller just took it)."""
+    if not archive.root.is_dir():
+        return verify_archive(archive, DERIVED)
+    files = files or fingerprint(archive)
+    problems = verify_archive(archive, DERIVED)
+    if not problems:
+        remember(archive, VERIFIED, files)
+    return problems
+
+
+def verify_changed(archive: Archive, files: str | None = None) -> list[str]:
+    """What :func:`verify` finds, without rehashing files that are unchanged since a verify found them
+    intact (fingerprint ``files``): then only the run records the index lists and the disk lost are checked
+    (the index may have changed since). ``archive verify`` always rehashes everything."""
+    if not archive.root.is_dir():
+        return verify(archive)
+    files = files or fingerprint(archive)
+    if holds(archive, VERIFIED, files) is not None:
+        return missing_records(archive)
+    return verify(archive, files)
 
 
 def ensure(archive: Archive) -> None:

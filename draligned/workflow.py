@@ -15,6 +15,7 @@ from pathlib import Path
 from types import FrameType
 
 from draligned.archive import Archive, ArchiveError
+from draligned.archive.fingerprint import code_fingerprint, fingerprint, holds, remember
 from draligned.cards import CardError
 from draligned.cess.archive_runs import CessRun
 from draligned.evaluator.batching import POLL_S, BatchView, batch_views, cancel_batches, read_archive_batch
@@ -23,7 +24,8 @@ from draligned.evaluator.packets import Phase
 from draligned.evaluator.reading import PHASES, ReadSummary, read_archive
 from draligned.guards import check_intact, default_reader, open_archive, report_plan, require_reader
 from draligned.harness import ContractError
-from draligned.indexing import connect, ensure, rebuild
+from draligned.hashing import sha256_json
+from draligned.indexing import connect, ensure, index_state, rebuild, refresh
 from draligned.models import ModelError
 from draligned.models.batch import BatchStatus
 from draligned.models.cache import CacheMode
@@ -119,12 +121,29 @@ def read_and_index(archive: Archive, evaluator: Evaluator, phases: tuple[Phase, 
     """Check the archive's hashes (unless ``verify`` is False), read it with the evaluator (idempotent,
     resumable), synchronously or (``batch``) as provider batch jobs polled every ``poll_s`` seconds (``seen``
     gets each status), then rebuild its index so that the reads' tables are in it; raises ArchiveError,
-    EvaluatorError or ModelError."""
-    check_intact(archive, verify)
+    EvaluatorError or ModelError.
+
+    A synchronous read that left nothing to read is remembered at the archive's fingerprint: while no file
+    changes (no new run, no read added or lost, no other evaluator), the next one answers from that mark
+    without building a packet."""
+    files = fingerprint(archive)
+    check_intact(archive, verify, files=files)
+    key = f"read:{evaluator.evaluator_id}"
+    facts = {"evaluator": sha256_json(evaluator.snapshot()), "phases": list(phases)}
+    if not batch and (done := holds(archive, key, files, **facts)) is not None:
+        refresh(archive, files)
+        return ReadSummary.model_validate(done["summary"])
+    runs = fingerprint(archive, "runs")
     reading = (read_archive_batch(archive, evaluator, phases, poll_s=poll_s, seen=seen) if batch
                else read_archive(archive, evaluator, phases))
     summary = asyncio.run(reading)
-    rebuild(archive)
+    files = fingerprint(archive)
+    rebuild(archive, files)
+    settled = not (summary.model_errors or summary.lines_failed or summary.in_batch)
+    if not batch and settled and fingerprint(archive, "runs") == runs:  # every run there is was read
+        done_now = ReadSummary(packets=summary.packets, blocked=summary.blocked,
+                               already_read=summary.packets - summary.blocked)
+        remember(archive, key, files, summary=done_now.model_dump(), **facts)
     return summary
 
 
@@ -176,21 +195,32 @@ def make_report(archive: str | Path, plan_path: str | Path | None, evaluator: st
     archive. The archive's hashes are checked first unless ``verify`` is False (the report records it).
     Raises PlanError, EvaluatorError or ArchiveError.
     """
-    # Imported here so that other commands do not pay for loading matplotlib.
-    from draligned.analysis.build import build_report
-    from draligned.analysis.render import write_report
+    from draligned.analysis.kept import kept_queries, record_inputs
 
     opened = open_archive(archive)
     loaded, plan_note = report_plan(opened, plan_path)
     evaluator_id = default_reader(opened) if evaluator is None else require_reader(opened, evaluator)
-    check_intact(opened, verify)
+    files = fingerprint(opened)
+    check_intact(opened, verify, files=files)
     ensure(opened)  # the report reads the index; an archive without one gets it built
-    report = build_report(opened.root, loaded, evaluator_id, verified=verify)
-    paths = write_report(report, loaded.plan, out)
+    out = Path(out)
+    inputs = sha256_json({"files": files, "index": index_state(opened, files), "evaluator": evaluator_id,
+                          "plan": loaded.plan.model_dump(mode="json"), "verified": verify,
+                          "code": code_fingerprint()})
+    queries = kept_queries(out, inputs)
+    if queries is None:
+        # Imported here so that other commands, and a kept report, do not pay for loading matplotlib.
+        from draligned.analysis.build import build_report
+        from draligned.analysis.render import write_report
+
+        report = build_report(opened.root, loaded, evaluator_id, verified=verify)
+        write_report(report, loaded.plan, out)
+        queries = list(dict.fromkeys(report.queries))
+        record_inputs(out, inputs, queries)
     notes = [plan_note] if plan_note else []
     if evaluator is None:
         notes.append(f"no --evaluator given: using {evaluator_id}")
     if not verify:
         notes.append("--no-verify: the archive's hashes were not checked (the report's manifest says so)")
-    return WrittenReport(html=paths["html"], markdown=paths["md"], tables=paths["tables"],
-                         queries=list(dict.fromkeys(report.queries)), notes=notes)
+    return WrittenReport(html=out / "report.html", markdown=out / "report.md", tables=out / "tables",
+                         queries=queries, notes=notes)

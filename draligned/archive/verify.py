@@ -7,8 +7,12 @@ by the verify of the :class:`~draligned.archive.tables.ArchiveTables` it supplie
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import multiprocessing
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from typing import TypeVar
 
 import duckdb
 from pydantic import ValidationError
@@ -17,6 +21,12 @@ from draligned.archive.store import Archive, stale_temp_files
 from draligned.archive.tables import ArchiveTables
 from draligned.hashing import sha256_bytes, sha256_json
 from draligned.records import RunRecord
+
+Item = TypeVar("Item")
+T = TypeVar("T")
+
+PARALLEL_FROM = 2000
+"""Files from which verify checks them in worker processes (forking workers costs about 20 ms each)."""
 
 
 def verify_archive(archive: Archive, tables: Sequence[ArchiveTables]) -> list[str]:
@@ -29,31 +39,90 @@ def verify_archive(archive: Archive, tables: Sequence[ArchiveTables]) -> list[st
 
 def verify_records(archive: Archive) -> list[str]:
     """Altered blobs, unreadable or altered run records, missing blobs they reference, missing run
-    record files and leftovers of interrupted writes."""
-    problems: list[str] = []
-    for sha in archive.blob_shas():
-        path = archive.blob_path(sha)
-        actual = sha256_bytes(path.read_bytes())
-        if actual != sha:
-            problems.append(f"{path}: altered blob (content sha256 {actual})")
-    problems += record_problems(archive)
+    record files and leftovers of interrupted writes (hashed in a worker process per core)."""
+    blobs = blob_files(archive)
+    problems = in_parallel(_altered_blobs, sorted(blobs.values()))
+    problems += record_problems(archive, set(blobs), parallel=True)
     problems += [f"{p}: leftover of an interrupted write (removed by the next 'draligned run' or "
                  f"'draligned archive reindex')" for p in stale_temp_files(archive)]
     return problems
 
 
-def record_problems(archive: Archive) -> list[str]:
+def blob_files(archive: Archive) -> dict[str, str]:
+    """Every blob on disk: its name (the sha256 it must have) -> its path (one directory scan per prefix)."""
+    base = archive.root / "blobs"
+    if not base.is_dir():
+        return {}
+    found: dict[str, str] = {}
+    with os.scandir(base) as prefixes:
+        for prefix in prefixes:
+            if len(prefix.name) == 2 and prefix.is_dir():
+                with os.scandir(prefix.path) as entries:
+                    found.update((e.name, e.path) for e in entries if not e.name.startswith(".tmp-"))
+    return found
+
+
+def in_parallel(check: Callable[[list[Item]], list[T]], items: list[Item], at_least: int = PARALLEL_FROM) -> list[T]:
+    """``check`` over ``items`` in chunks, in one forked worker process per core when there are ``at_least``
+    items (fewer are checked here: starting workers would cost more); results in order."""
+    workers = min(os.cpu_count() or 1, 8)
+    if workers < 2 or len(items) < at_least:
+        return check(items)
+    size = -(-len(items) // (workers * 4))
+    chunks = [items[i:i + size] for i in range(0, len(items), size)]
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+        return [found for part in pool.map(check, chunks) for found in part]
+
+
+def _altered_blobs(paths: list[str]) -> list[str]:
+    """A problem line per blob whose bytes no longer hash to its name."""
+    problems = []
+    for path in paths:
+        actual = sha256_bytes(read_file(path))
+        if actual != os.path.basename(path):
+            problems.append(f"{path}: altered blob (content sha256 {actual})")
+    return problems
+
+
+def read_file(path: str) -> bytes:
+    """A file's bytes in one ``read`` of its size (a third less time per small file than ``open().read()``);
+    read on to the end should it have grown."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        data = os.read(fd, size + 1)  # a regular file reads whole up to its end: fewer bytes means the end
+        while len(data) > size and (more := os.read(fd, 1 << 20)):
+            data += more
+    finally:
+        os.close(fd)
+    return data
+
+
+def record_problems(archive: Archive, blobs: set[str] | None = None, parallel: bool = False) -> list[str]:
     """The run records' part of verify (no blob is hashed, so it is cheap enough for every ``run``):
-    unreadable or altered records, missing blobs they reference, missing record files."""
+    unreadable or altered records, missing blobs they reference (``blobs``: the blob names on disk, listed
+    when not given), missing record files; ``parallel`` checks the records in worker processes."""
+    blobs = set(blob_files(archive)) if blobs is None else blobs
+    paths = [str(p) for p in archive.started_paths() + archive.record_paths()]
     problems: list[str] = []
-    for path in archive.started_paths() + archive.record_paths():
-        record = _check_record(path, problems)
-        if record is None:
-            continue
-        for sha, kind in record.blob_refs() + [(e, "final") for e in [record.final_blob] if e]:
-            if not archive.blob_path(sha).exists():
-                problems.append(f"{archive.blob_path(sha)}: missing {kind} blob referenced by {path.name}")
-    return problems + _missing_records(archive)
+    for found, refs in (in_parallel(_record_chunk, paths) if parallel else _record_chunk(paths)):
+        problems += found
+        problems += [f"{archive.blob_path(sha)}: missing {kind} blob referenced by {name}"
+                     for sha, kind, name in refs if sha not in blobs]
+    return problems + missing_records(archive)
+
+
+def _record_chunk(paths: list[str]) -> list[tuple[list[str], list[tuple[str, str, str]]]]:
+    """Each record's problems and its blob references (sha256, kind, record file name)."""
+    checked = []
+    for path in paths:
+        problems: list[str] = []
+        record = _check_record(Path(path), problems)
+        name = os.path.basename(path)
+        refs = [] if record is None else [
+            (sha, kind, name) for sha, kind in record.blob_refs() + [(e, "final") for e in [record.final_blob] if e]]
+        checked.append((problems, refs))
+    return checked
 
 
 def _check_record(path: Path, problems: list[str]) -> RunRecord | None:
@@ -70,7 +139,7 @@ def _check_record(path: Path, problems: list[str]) -> RunRecord | None:
     return record
 
 
-def _missing_records(archive: Archive) -> list[str]:
+def missing_records(archive: Archive) -> list[str]:
     """Run record files that must exist but do not. Every run writes its started marker before
     anything else, so a sealed record without one lost a file; and a run the index lists as ended
     whose sealed record is gone would otherwise pass for an interrupted run (and be rerun)."""

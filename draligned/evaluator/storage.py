@@ -22,6 +22,7 @@ evaluator's directory, so a second evaluator can re-read an archive without chan
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -29,6 +30,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from draligned.archive.store import Archive, ArchiveError, write_once
+from draligned.archive.verify import blob_files, in_parallel, read_file
 from draligned.evaluator.ingest import ExtractedItem, RequestLabel
 from draligned.evaluator.packets import Manifest
 from draligned.records import GatewayInfo, Record, Usage, later
@@ -216,24 +218,33 @@ class ReadStore:
 
 def verify_reads(archive: Archive) -> list[str]:
     """Problems in every evaluator's files: unreadable manifests or reads, missing prompt or
-    response blobs (blob contents themselves are checked by ``archive verify``)."""
-    problems: list[str] = []
+    response blobs (blob contents themselves are checked by ``archive verify``; the files are parsed in
+    worker processes when there are many)."""
+    files = []  # (the folder under the evaluator's directory, the file's path)
     for eid in ReadStore.evaluator_ids(archive):
-        store = ReadStore(archive, eid)
-        for path in sorted(store.root.rglob("*.json")):
-            if path.name == "evaluator.json":
-                continue
-            top = path.relative_to(store.root).parts[0]
-            model: type[Record] = (Manifest if top == "packets" else ReadRecord if top in ("reads", "batch_failed")
-                                   else BatchClosed if path.name.endswith(".closed.json") else BatchRecord)
-            try:
-                rec = model.model_validate_json(path.read_bytes())
-            except ValueError as exc:
-                problems.append(f"{path}: unreadable {model.__name__} ({str(exc).splitlines()[0]})")
-                continue
-            shas = ([rec.packet_id] if isinstance(rec, Manifest) else
-                    [rec.raw_response_blob, rec.text_blob] + ([rec.headers_blob] if rec.headers_blob else [])
-                    if isinstance(rec, ReadRecord) else [])
-            problems += [f"{archive.blob_path(s)}: missing blob referenced by {path}"
-                         for s in shas if not archive.blob_path(s).exists()]
-    return problems
+        root = str(ReadStore(archive, eid).root)
+        for dirpath, _, names in os.walk(root):
+            top = dirpath[len(root) + 1:].split(os.sep, 1)[0]
+            files += [(top, os.path.join(dirpath, n)) for n in names if n.endswith(".json") and n != "evaluator.json"]
+    blobs = set(blob_files(archive))
+    return [f"{archive.blob_path(sha)}: missing blob referenced by {path}" if sha else path
+            for path, sha in in_parallel(_read_file_problems, files) if sha is None or sha not in blobs]
+
+
+def _read_file_problems(files: list[tuple[str, str]]) -> list[tuple[str, str | None]]:
+    """Per evaluator file (its top folder, its path): (problem line, None) when it is unreadable, else
+    (path, sha256) per blob it references (the caller keeps the missing ones)."""
+    found: list[tuple[str, str | None]] = []
+    for top, name in files:
+        model: type[Record] = (Manifest if top == "packets" else ReadRecord if top in ("reads", "batch_failed")
+                               else BatchClosed if name.endswith(".closed.json") else BatchRecord)
+        try:
+            rec = model.model_validate_json(read_file(name))
+        except ValueError as exc:
+            found.append((f"{name}: unreadable {model.__name__} ({str(exc).splitlines()[0]})", None))
+            continue
+        shas = ([rec.packet_id] if isinstance(rec, Manifest) else
+                [rec.raw_response_blob, rec.text_blob] + ([rec.headers_blob] if rec.headers_blob else [])
+                if isinstance(rec, ReadRecord) else [])
+        found += [(name, sha) for sha in shas]
+    return found

@@ -1,0 +1,150 @@
+"""A fingerprint of an archive's files, and the marks that remember what was true at one fingerprint.
+
+The fingerprint is one sha256 over every file under the archive's folders (``blobs/``, ``runs/``, ``reads/``,
+...): its path, size, inode, mtime and ctime (ns). Adding, removing, replacing or writing to any file changes
+it, and ctime cannot be set back by a user tool, so an equal fingerprint means the same files with the same
+bytes as when it was taken, bar damage below the filesystem (which ``archive verify`` always rehashes). Files
+directly in the archive root (the derived index, the locks, the marks) are not part of it.
+
+The marks (``ARCHIVE/.marks.json``, derived and disposable like the index) say what a command found at a
+fingerprint, made by code with one source fingerprint: a clean verify, an index built from those files, a
+read that left nothing to read. A command that finds its mark at the current fingerprints can skip
+recomputing it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from functools import cache, partial
+from pathlib import Path
+from typing import Any
+
+from draligned.archive.store import Archive
+from draligned.archive.verify import in_parallel
+
+MARKS = ".marks.json"
+"""The marks file in the archive root."""
+
+
+def fingerprint(archive: Archive, *folders: str) -> str:
+    """The sha256 of every file's path, size, inode, mtime and ctime under the archive's folders (only the
+    top-level ``folders`` given, when some are)."""
+    if not archive.root.is_dir():
+        return "no archive"
+    return tree_fingerprint(archive.root, lambda e: e.is_dir(follow_symlinks=False)
+                            and (not folders or e.name in folders))
+
+
+def tree_fingerprint(root: Path, chosen: Callable[[os.DirEntry[str]], bool]) -> str:
+    """The sha256 of the path, size, inode, mtime and ctime of every file under the ``chosen`` entries of
+    ``root`` (a chosen file counts itself, a chosen folder everything in it). Each chosen folder's own files
+    and each of its subfolders are one unit, stat'ed in a worker process per core when there are many; each
+    unit's digest, in path order, goes into the fingerprint, so it does not depend on the number of cores."""
+    units: list[tuple[str, bool]] = []  # (a folder, whether its subfolders count too)
+    files: list[str] = []
+    with os.scandir(root) as top:
+        for entry in top:
+            if not chosen(entry):
+                continue
+            if not entry.is_dir(follow_symlinks=False):
+                files.append(entry.name)
+                continue
+            units.append((entry.path, False))
+            with os.scandir(entry.path) as entries:
+                units += [(e.path, True) for e in entries if e.is_dir(follow_symlinks=False)]
+    units.sort()
+    digests = in_parallel(partial(_unit_digests, len(str(root)) + 1), units, at_least=32)
+    lines = [f"{path}:{digest}" for (path, _), digest in zip(units, digests, strict=True)]
+    lines += [f"{name}:{_stats_digest([(name, os.lstat(root / name))])}" for name in sorted(files)]
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()
+
+
+def _unit_digests(prefix: int, units: list[tuple[str, bool]]) -> list[str]:
+    """Per unit (folder, recursive): the digest of every file's path (after ``prefix`` characters) and stat."""
+    digests = []
+    for path, recursive in units:
+        found: list[tuple[str, os.stat_result]] = []
+        stack = [path]
+        while stack:
+            with os.scandir(stack.pop()) as entries:
+                for entry in entries:
+                    if entry.is_dir(follow_symlinks=False):
+                        if recursive:
+                            stack.append(entry.path)
+                    else:
+                        found.append((entry.path[prefix:], entry.stat(follow_symlinks=False)))
+        digests.append(_stats_digest(found))
+    return digests
+
+
+def _stats_digest(found: list[tuple[str, os.stat_result]]) -> str:
+    """The sha256 of each file's path, size, inode, mtime and ctime, in path order."""
+    found.sort(key=lambda f: f[0])
+    return hashlib.sha256(repr([(p, st.st_size, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
+                                for p, st in found]).encode()).hexdigest()
+
+
+def file_stamp(path: Path) -> str | None:
+    """One file's size, inode, mtime and ctime (None when it does not exist): who replaced it changed it."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return f"{st.st_size}:{st.st_ino}:{st.st_mtime_ns}:{st.st_ctime_ns}"
+
+
+def holds(archive: Archive, key: str, files: str, **facts: Any) -> dict[str, Any] | None:
+    """The mark under ``key`` if it was made at the fingerprint ``files`` by this code with these ``facts``."""
+    mark = read_mark(archive, key)
+    want = {"files": files, "code": code_fingerprint(), **facts}
+    return mark if isinstance(mark, dict) and all(mark.get(k) == v for k, v in want.items()) else None
+
+
+def remember(archive: Archive, key: str, files: str, **facts: Any) -> None:
+    """Mark ``key`` as found at the fingerprint ``files`` by this code, with ``facts``."""
+    write_mark(archive, key, {"files": files, "code": code_fingerprint(), **facts})
+
+
+def read_mark(archive: Archive, key: str) -> Any:
+    """The mark stored under ``key``, or None (no marks file, an unreadable one, or no such mark)."""
+    try:
+        return json.loads((archive.root / MARKS).read_bytes()).get(key)
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def write_mark(archive: Archive, key: str, value: Any) -> None:
+    """Store ``value`` under ``key`` (atomic replace; a mark lost to a concurrent writer only costs the next
+    command its shortcut)."""
+    path = archive.root / MARKS
+    try:
+        marks = json.loads(path.read_bytes())
+        if not isinstance(marks, dict):
+            marks = {}
+    except (OSError, ValueError):
+        marks = {}
+    marks[key] = value
+    try:
+        fd, tmp = tempfile.mkstemp(dir=archive.root, prefix=".marks-", suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            json.dump(marks, f, sort_keys=True)
+        os.replace(tmp, path)
+    except OSError:  # a read-only archive: the shortcut is lost, nothing else
+        return
+
+
+@cache
+def code_fingerprint() -> str:
+    """The sha256 of this installation's source files: a mark made by other code is never trusted."""
+    h = hashlib.sha256()
+    package = Path(__file__).resolve().parents[1]
+    for dirpath, _, names in sorted(os.walk(package)):
+        for name in sorted(n for n in names if n.endswith(".py")):
+            path = os.path.join(dirpath, name)
+            with open(path, "rb") as f:
+                h.update(path[len(str(package)):].encode() + b"\0" + f.read() + b"\0")
+    return h.hexdigest()

@@ -1,0 +1,114 @@
+"""The archive at scale (issue 14): a verify, a read and a report with nothing new to do are answered from what
+was found at the archive's fingerprint, and anything that changed a file makes them do the work again; verify's
+worker processes find exactly what one process finds."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from draligned.analysis import build
+from draligned.archive import Archive, verify
+from draligned.cli import main
+from draligned.evaluator import reading
+from draligned.indexing import DERIVED
+from draligned.records import ToolCallEvent
+from tests.study_helpers import REPO, write_study
+
+SIM_TOML = str(REPO / "evaluators" / "sim.toml")
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An archive after one run and one read by the SIMULATOR evaluator; tests copy it."""
+    tmp = tmp_path_factory.mktemp("marks")
+    assert main(["run", str(write_study(tmp, ["travel_budget_en.json"], name="small"))]) == 0
+    assert main(["read", str(tmp / "archive"), "--evaluator", SIM_TOML]) == 0
+    return tmp / "archive"
+
+
+def _copy(small: Path, tmp_path: Path) -> Archive:
+    """A private copy (new files: nothing the original's marks say holds for it)."""
+    return Archive(shutil.copytree(small, tmp_path / "archive"))
+
+
+def _tool_return(archive: Archive) -> Path:
+    record = archive.records()[0]
+    return archive.blob_path(next(e.return_blob for e in record.events if isinstance(e, ToolCallEvent)))
+
+
+def _must_not_run(*args: object, **kwargs: object) -> None:
+    raise AssertionError("recomputed although nothing changed")
+
+
+def test_a_blob_altered_after_a_clean_verify_is_caught_even_with_its_times_restored(small, tmp_path, capsys):
+    archive = _copy(small, tmp_path)
+    assert main(["archive", "verify", str(archive.root)]) == 0
+    path = _tool_return(archive)
+    st = path.stat()
+    raw = path.read_bytes()
+    path.write_bytes(bytes([raw[0] ^ 1]) + raw[1:])
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))  # same size and mtime: only the ctime tells
+    capsys.readouterr()
+    assert main(["read", str(archive.root), "--evaluator", SIM_TOML]) == 2
+    assert f"{path}: altered blob" in capsys.readouterr().err
+
+
+def test_a_read_with_nothing_left_to_read_builds_no_packet_until_a_file_changes(small, tmp_path, capsys,
+                                                                                monkeypatch):
+    archive = _copy(small, tmp_path)
+    argv = ["read", str(archive.root), "--evaluator", SIM_TOML]
+    assert main(argv) == 0  # the copy's first read builds every packet: nothing is left, and that is marked
+    first = json.loads(capsys.readouterr().out)
+    assert first["already_read"] == first["packets"] > 0 and first["read_ok"] == 0
+    with monkeypatch.context() as m:
+        m.setattr(reading, "collect_packets", _must_not_run)
+        assert main(argv) == 0
+        assert json.loads(capsys.readouterr().out) == first
+    lost = next((archive.root / "reads" / "sim-lexical-v1" / "reads").iterdir())
+    lost.unlink()  # a read lost: the mark no longer holds and the packet is read again
+    assert main(argv) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["read_ok"] == 1 and again["already_read"] < first["already_read"]
+    assert lost.exists()
+
+
+def test_a_report_with_nothing_new_is_kept_and_built_again_when_an_output_or_input_changed(small, tmp_path,
+                                                                                          monkeypatch):
+    archive = _copy(small, tmp_path)
+    out = tmp_path / "report"
+    argv = ["report", str(archive.root), "--out", str(out)]
+    assert main(argv) == 0
+    tables = {p.name: p.read_bytes() for p in (out / "tables").iterdir()}
+    with monkeypatch.context() as m:
+        m.setattr(build, "build_report", _must_not_run)
+        assert main(argv) == 0
+        (out / "report.md").write_text("edited")
+        with pytest.raises(AssertionError, match="recomputed"):
+            main(argv)
+    assert main(argv) == 0
+    assert "edited" not in (out / "report.md").read_text()
+    assert {p.name: p.read_bytes() for p in (out / "tables").iterdir()} == tables
+    with monkeypatch.context() as m:
+        m.setattr(build, "build_report", _must_not_run)
+        next((archive.root / "reads" / "sim-lexical-v1" / "reads").iterdir()).unlink()  # the states change
+        with pytest.raises(AssertionError, match="recomputed"):
+            main(argv)
+
+
+def test_verify_in_worker_processes_finds_what_one_process_finds(small, tmp_path, monkeypatch):
+    archive = _copy(small, tmp_path)
+    flipped = _tool_return(archive)
+    flipped.write_bytes(b"x" + flipped.read_bytes())
+    archive.record_paths()[0].write_text("{}")
+    manifest = next((archive.root / "reads" / "sim-lexical-v1" / "packets").rglob("*.json"))
+    manifest.write_text("not json")
+    alone = verify.verify_archive(archive, DERIVED)
+    monkeypatch.setattr(verify, "PARALLEL_FROM", 1)
+    assert verify.verify_archive(archive, DERIVED) == alone
+    assert any(str(flipped) in p for p in alone) and any(str(manifest) in p for p in alone)
+    assert any("unreadable run record" in p for p in alone)
