@@ -130,7 +130,9 @@ async def _run_slot(study: Study, archive: Archive, slot: Slot, attempt: int, mo
     setup = RunSetup(writer=writer, contract=contract, model=model,
                      system_prompt=system_prompt, user_message=user_message, seed=slot.seed,
                      budget=study.spec.budget)
-    return await executor_for(slot.harness)(setup, search.backend_for(slot, writer)).run()
+    sealed = await executor_for(slot.harness)(setup, search.backend_for(slot, writer)).run()
+    await archive.durable()  # its record and every blob it names are on disk before the run counts as ended
+    return sealed
 
 
 async def run_study(study: Study, progress: ProgressCallback | None = None, verify: bool = True) -> StudyResult:
@@ -170,7 +172,8 @@ async def _run_with(study: Study, archive: Archive, search: StudySearch,
         m.check_ready()  # a missing key fails this study before any run starts (and before any file is made)
     lock = _lock_archive(archive)  # also when nothing is left to do: planning reads what other runs write
     try:
-        result = await _run_locked(study, archive, search, slots, models, verify, progress)
+        with archive.group_commit():  # archive writes on a writer thread, many files per sync
+            result = await _run_locked(study, archive, search, slots, models, verify, progress)
         rebuild(archive)  # still under the run lock, so no other run's records arrive meanwhile
     finally:
         os.close(lock)

@@ -7,25 +7,30 @@ Layout under an archive root::
     runs/<run_id>.json            the sealed run record, written once when the run ends
     index.duckdb                  derived; ``draligned archive reindex`` rebuilds it
 
-Nothing is ever replaced: writing an existing path with different bytes raises.
+Nothing is ever replaced: writing an existing path with different bytes raises. During a study run
+(``Archive.group_commit``) the writes go to a writer thread that makes many files durable per sync
+(``draligned/archive/commit.py``); ``Archive.durable`` waits for them.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from pydantic import ValidationError
 
+from draligned.archive.commit import GroupCommit
+from draligned.archive.errors import ArchiveError, refuse_overwrite
 from draligned.hashing import canonical_json, sha256_bytes
 from draligned.records import RunRecord
 
-
-class ArchiveError(Exception):
-    """An archive operation that would lose or overwrite data, or found damaged data."""
+__all__ = ["Archive", "ArchiveError", "record_bytes", "remove_stale_temp_files", "stale_temp_files", "write_once"]
 
 
 def write_once(path: Path, data: bytes) -> bool:
@@ -38,7 +43,7 @@ def write_once(path: Path, data: bytes) -> bool:
     if path.exists():
         if path.read_bytes() == data:
             return False
-        raise ArchiveError(f"{path}: exists with different bytes; refusing to overwrite")
+        refuse_overwrite(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
     try:
         with os.fdopen(fd, "wb") as fh:
@@ -49,7 +54,7 @@ def write_once(path: Path, data: bytes) -> bool:
             os.link(tmp, path)
         except FileExistsError:
             if path.read_bytes() != data:
-                raise ArchiveError(f"{path}: exists with different bytes; refusing to overwrite") from None
+                refuse_overwrite(path)
             return False
     finally:
         os.unlink(tmp)
@@ -94,6 +99,33 @@ class Archive:
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
+        self._commit: GroupCommit | None = None
+        self._known: set[str] = set()
+        """Blob names put during the current group commit (a repeated text is not queued again)."""
+
+    # ------------------------------------------------------------------ group commit
+    @contextmanager
+    def group_commit(self) -> Iterator[None]:
+        """Within: writes go to a writer thread that makes them durable in batches (``await durable()``
+        before telling anyone a run has ended). On leaving, everything queued is made durable."""
+        self._commit, self._known = GroupCommit(self.root), set()
+        try:
+            yield
+        finally:
+            commit, self._commit = self._commit, None
+            commit.close()
+
+    async def durable(self) -> None:
+        """Return once every write made so far is durable (at once outside ``group_commit``); raises the
+        ArchiveError of a write that was refused."""
+        if self._commit is not None:
+            await asyncio.wrap_future(self._commit.barrier())
+
+    def _write(self, path: Path, data: bytes, record: bool = False) -> None:
+        if self._commit is None:
+            write_once(path, data)
+        else:
+            self._commit.write(str(path), data, record)
 
     # ------------------------------------------------------------------ blobs
     def blob_path(self, sha: str) -> Path:
@@ -104,7 +136,11 @@ class Archive:
         """Store bytes (str is UTF-8 encoded) and return their sha256."""
         raw = data.encode("utf-8") if isinstance(data, str) else data
         sha = sha256_bytes(raw)
-        write_once(self.blob_path(sha), raw)
+        if self._commit is None:
+            write_once(self.blob_path(sha), raw)
+        elif sha not in self._known:  # a blob's name is its bytes' hash: a repeat is the same file
+            self._known.add(sha)
+            self._commit.write(f"{self.root}/blobs/{sha[:2]}/{sha}", raw)
         return sha
 
     def put_json_blob(self, obj: object) -> str:
@@ -114,6 +150,9 @@ class Archive:
     def get_blob(self, sha: str, verify: bool = True) -> bytes:
         """Read a blob; with ``verify`` raise ArchiveError if its bytes no longer match its name."""
         path = self.blob_path(sha)
+        queued = None if self._commit is None else self._commit.pending.get(str(path))
+        if queued is not None:
+            return queued
         if not path.exists():
             raise ArchiveError(f"{path}: blob missing")
         data = path.read_bytes()
@@ -139,12 +178,12 @@ class Archive:
 
     def write_started(self, record: RunRecord) -> None:
         """Write the started marker of a run (status ``started``)."""
-        write_once(self.runs_dir / f"{record.run_id}.started.json", record_bytes(record.sealed()))
+        self._write(self.runs_dir / f"{record.run_id}.started.json", record_bytes(record.sealed()), record=True)
 
     def write_record(self, record: RunRecord) -> RunRecord:
         """Seal and write the final record of a run; returns the sealed record."""
         sealed = record.sealed()
-        write_once(self.runs_dir / f"{record.run_id}.json", record_bytes(sealed))
+        self._write(self.runs_dir / f"{record.run_id}.json", record_bytes(sealed), record=True)
         return sealed
 
     def record_paths(self) -> list[Path]:
