@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import select
@@ -13,7 +14,7 @@ import duckdb
 import pytest
 
 from draligned.archive import Archive, ArchiveError
-from draligned.archive.store import write_once
+from draligned.archive.store import indented_json, record_bytes, write_once
 from draligned.cli import main
 from draligned.hashing import sha256_bytes
 from draligned.indexing import rebuild, verify
@@ -40,6 +41,47 @@ def test_write_once_never_replaces_different_bytes(tmp_path):
         write_once(p, b"b")
     assert p.read_bytes() == b"a"
     assert [f.name for f in tmp_path.iterdir()] == ["x"]  # no temp files left behind
+
+
+def test_group_commit_writes_once_and_reports_a_refused_write_at_durable(tmp_path):
+    """Under group commit a queued blob is readable before it lands, everything is on disk after ``durable``,
+    nothing is overwritten (write_once's message, raised at ``durable``) and no temp file is left."""
+    a = Archive(tmp_path)
+    damaged = a.blob_path(sha256_bytes(b"kept"))
+    damaged.parent.mkdir(parents=True)
+    damaged.write_bytes(b"other bytes")  # a blob altered on disk: its name no longer matches
+
+    async def study_run() -> None:
+        with a.group_commit():
+            sha = a.put_blob("hello")
+            assert a.get_text(sha) == "hello"  # queued or written, a reader sees it
+            await a.durable()
+            assert a.blob_path(sha).read_bytes() == b"hello"
+            a.put_blob("kept")
+            with pytest.raises(ArchiveError, match="refusing to overwrite"):
+                await a.durable()
+
+    with pytest.raises(ArchiveError, match="refusing to overwrite"):  # and again when the writer closes
+        asyncio.run(study_run())
+    assert damaged.read_bytes() == b"other bytes"
+    assert not list(tmp_path.glob("blobs/*/.tmp-*"))
+
+
+@pytest.mark.parametrize("value", [
+    {}, [], {"a": [], "b": {}}, {"z": 1, "a": [1.5, -0.0, 1e-07, 1e16, 3], "m": None, "t": True, "f": False},
+    {"text": "caf\u00e9 \u676d\u5dde \"q\" \\ \n\t\u0001 \u2028 \U0001f600", "nested": [[{"k": [[]]}]]},
+    {"nan": float("nan"), "inf": [float("inf")]}, {"tuple": (1, 2)}, {1: "int key"},
+])
+def test_record_json_is_exactly_the_standard_librarys(value):
+    assert indented_json(value) == json.dumps(value, indent=1, sort_keys=True, ensure_ascii=False)
+
+
+def test_record_bytes_are_unchanged_for_a_real_record(small_archive):
+    _, archive = small_archive
+    for path in [*archive.record_paths(), *archive.started_paths()]:
+        record = Archive.load_record(path)
+        assert record_bytes(record) == path.read_bytes() == (json.dumps(
+            record.model_dump(mode="json"), indent=1, sort_keys=True, ensure_ascii=False) + "\n").encode()
 
 
 def test_blobs_are_content_addressed(tmp_path):

@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from json.encoder import encode_basestring as _quote  # the C encoder json.dumps itself uses
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -30,7 +33,8 @@ from draligned.archive.errors import ArchiveError, refuse_overwrite
 from draligned.hashing import canonical_json, sha256_bytes
 from draligned.records import RunRecord
 
-__all__ = ["Archive", "ArchiveError", "record_bytes", "remove_stale_temp_files", "stale_temp_files", "write_once"]
+__all__ = ["Archive", "ArchiveError", "indented_json", "record_bytes", "remove_stale_temp_files", "stale_temp_files",
+           "write_once"]
 
 
 def write_once(path: Path, data: bytes) -> bool:
@@ -91,7 +95,62 @@ def remove_stale_temp_files(archive: Archive) -> list[Path]:
 
 def record_bytes(record: RunRecord) -> bytes:
     """The on-disk bytes of a run record: indented JSON with sorted keys and a newline."""
-    return (json.dumps(record.model_dump(mode="json"), indent=1, sort_keys=True, ensure_ascii=False) + "\n").encode()
+    return (indented_json(record.model_dump(mode="json")) + "\n").encode()
+
+
+def indented_json(obj: Any) -> str:
+    """``json.dumps(obj, indent=1, sort_keys=True, ensure_ascii=False)``, the same characters, about twice as
+    fast: with ``indent`` the standard library falls back to its pure-Python encoder, and every finished run
+    writes its record through here. Anything beyond plain JSON types (non-str keys, subclasses) goes to
+    ``json.dumps`` itself."""
+    out: list[str] = []
+    try:
+        _indent(obj, 0, out)
+    except TypeError:
+        return json.dumps(obj, indent=1, sort_keys=True, ensure_ascii=False)
+    return "".join(out)
+
+
+def _indent(o: Any, depth: int, out: list[str]) -> None:
+    kind = type(o)
+    if kind is str:
+        out.append(_quote(o))
+    elif kind is dict:
+        if not o:
+            out.append("{}")
+            return
+        if any(type(k) is not str for k in o):
+            raise TypeError("non-str key")
+        sep = "\n" + " " * (depth + 1)
+        out.append("{")
+        for i, k in enumerate(sorted(o)):
+            out.append(sep if i == 0 else "," + sep)
+            out.append(_quote(k))
+            out.append(": ")
+            _indent(o[k], depth + 1, out)
+        out.append("\n" + " " * depth + "}")
+    elif kind is list:
+        if not o:
+            out.append("[]")
+            return
+        sep = "\n" + " " * (depth + 1)
+        out.append("[")
+        for i, v in enumerate(o):
+            out.append(sep if i == 0 else "," + sep)
+            _indent(v, depth + 1, out)
+        out.append("\n" + " " * depth + "]")
+    elif o is None:
+        out.append("null")
+    elif o is True:
+        out.append("true")
+    elif o is False:
+        out.append("false")
+    elif kind is int:
+        out.append(int.__repr__(o))
+    elif kind is float and math.isfinite(o):
+        out.append(float.__repr__(o))
+    else:
+        raise TypeError(kind.__name__)
 
 
 class Archive:
