@@ -115,28 +115,21 @@ def _indent(o: Any, depth: int, out: list[str]) -> None:
     kind = type(o)
     if kind is str:
         out.append(_quote(o))
-    elif kind is dict:
+    elif kind is dict or kind is list:
+        mapping = kind is dict
         if not o:
-            out.append("{}")
+            out.append("{}" if mapping else "[]")
             return
         sep = "\n" + " " * (depth + 1)
-        out.append("{")
-        for i, k in enumerate(sorted(o)):
+        out.append("{" if mapping else "[")
+        for i, item in enumerate(sorted(o) if mapping else o):
             out.append(sep if i == 0 else "," + sep)
-            out.append(_quote(k))  # TypeError for a non-str key (json.dumps converts those)
-            out.append(": ")
-            _indent(o[k], depth + 1, out)
-        out.append("\n" + " " * depth + "}")
-    elif kind is list:
-        if not o:
-            out.append("[]")
-            return
-        sep = "\n" + " " * (depth + 1)
-        out.append("[")
-        for i, v in enumerate(o):
-            out.append(sep if i == 0 else "," + sep)
-            _indent(v, depth + 1, out)
-        out.append("\n" + " " * depth + "]")
+            if mapping:
+                out.append(_quote(item))  # TypeError for a non-str key (json.dumps converts those)
+                out.append(": ")
+                item = o[item]
+            _indent(item, depth + 1, out)
+        out.append("\n" + " " * depth + ("}" if mapping else "]"))
     elif o is None:
         out.append("null")
     elif o is True:
