@@ -65,6 +65,9 @@ def write_once(path: Path, data: bytes) -> bool:
     return True
 
 
+KNOWN_BLOBS = 65536
+"""Blob names a group commit remembers as queued (then it forgets them: a repeat is checked on disk)."""
+
 STALE_TEMP_S = 300
 """A ``write_once`` temp file older than this was left by a killed writer (a live write takes far less)."""
 
@@ -189,6 +192,8 @@ class Archive:
         if self._commit is None:
             write_once(self.blob_path(sha), raw)
         elif sha not in self._known:  # a blob's name is its bytes' hash: a repeat is the same file
+            if len(self._known) >= KNOWN_BLOBS:  # bounded: a long study's memory must not grow with it
+                self._known.clear()
             self._known.add(sha)
             self._commit.write(f"{self.root}/blobs/{sha[:2]}/{sha}", raw)
         return sha
