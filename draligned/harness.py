@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+from functools import cached_property
 from pathlib import Path
 
+import jsonschema
 from pydantic import ValidationError
 
 from draligned.data import data_dir
 from draligned.hashing import sha256_bytes
 from draligned.records import Record, ToolSpec
+from draligned.strict_json import schema_validator
 
 HARNESS_DIR = data_dir("harnesses")
 """The bundled harness contracts (the checkout's ``harnesses/``, shipped in the wheel)."""
@@ -123,6 +126,12 @@ class LoadedContract(Record):
     raw: bytes
     """The file bytes (archived as a blob)."""
 
+    @cached_property
+    def validators(self) -> dict[str, jsonschema.protocols.Validator]:
+        """Tool name -> a validator of its parameters, the schemas checked against their metaschema once,
+        when the contract is loaded (not once per run)."""
+        return {t.name: schema_validator(t.parameters) for t in self.contract.tools}
+
 
 def load_contract(harness: str, directory: Path = HARNESS_DIR) -> LoadedContract:
     """Load ``<directory>/<harness>.json``; errors name the file and field."""
@@ -136,4 +145,10 @@ def load_contract(harness: str, directory: Path = HARNESS_DIR) -> LoadedContract
         raise ContractError(f"{path}: {exc}") from exc
     if contract.harness != harness:
         raise ContractError(f"{path}: field harness is {contract.harness!r}, expected {harness!r}")
-    return LoadedContract(contract=contract, path=str(path), sha256=sha256_bytes(raw), raw=raw)
+    loaded = LoadedContract(contract=contract, path=str(path), sha256=sha256_bytes(raw), raw=raw)
+    for i, tool in enumerate(contract.tools):
+        try:
+            schema_validator(tool.parameters)
+        except jsonschema.SchemaError as exc:
+            raise ContractError(f"{path}: field tools[{i}].parameters: not a JSON Schema: {exc.message}") from None
+    return loaded

@@ -191,7 +191,9 @@ async def _run_slot(study: Study, archive: Archive, slot: Slot, attempt: int, mo
     setup = RunSetup(writer=writer, contract=contract, model=model,
                      system_prompt=system_prompt, user_message=user_message, seed=slot.seed,
                      budget=study.spec.budget)
-    return await executor_for(slot.harness)(setup, search.backend_for(slot, writer)).run()
+    sealed = await executor_for(slot.harness)(setup, search.backend_for(slot, writer)).run()
+    await archive.durable()  # its record and every blob it names are on disk before the run counts as ended
+    return sealed
 
 
 def open_study_search(study: Study) -> StudySearch:
@@ -246,30 +248,8 @@ async def run_slots(study: Study, archive: Archive, search: StudySearch, models:
             running.pop(rec.run_id, None)
             await end(RunOutcome.of(rec), live())
 
-    await asyncio.gather(*(lane() for _ in range(concurrency)))
-
-
-async def run_slot_list(study: Study, slots: list[tuple[Slot, int]], concurrency: int | None = None) \
-        -> list[RunOutcome]:
-    """Run the given (slot, attempt) pairs of ``study`` in this process (at most ``concurrency`` at once,
-    default the study's) into its archive and return their outcomes: the engine-free unit a scheduler
-    (a Ray task, a shard) calls. It takes no lock, applies no cost cap and does not reindex: the caller
-    that planned the slots does."""
-    archive, search = Archive(study.archive_root), open_study_search(study)
-    queue, outcomes = deque(slots), []
-
-    async def take(_running: float) -> tuple[Slot, int] | None:
-        return queue.popleft() if queue else None
-
-    async def end(outcome: RunOutcome, _running: float) -> None:
-        outcomes.append(outcome)
-
-    try:
-        models = prepare_models(study, {s.model for s, _ in slots})
-        await run_slots(study, archive, search, models, take, end, concurrency or study.spec.concurrency)
-    finally:
-        await search.aclose()
-    return outcomes
+    with archive.group_commit():  # this process's archive writes on a writer thread, many files per sync
+        await asyncio.gather(*(lane() for _ in range(concurrency)))
 
 
 class Dispatch:

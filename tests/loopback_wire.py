@@ -75,7 +75,7 @@ class WireServer(Loopback):
                 with server.lock:
                     number = len(server.log)
                     headers = {k.lower(): v for k, v in self.headers.items()}
-                    server.log.append({"path": self.path, "headers": headers, "body": body})
+                    server.log.append({"path": self.path, "headers": headers, "body": body, "raw": raw})
                 fault = server.always or server.faults.get(number)
                 if fault is not None and fault[0] == 0:  # a stall: answer normally, but too late
                     time.sleep(float(fault[1]["seconds"]))

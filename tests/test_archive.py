@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import select
@@ -13,7 +14,7 @@ import duckdb
 import pytest
 
 from draligned.archive import Archive, ArchiveError
-from draligned.archive.store import write_once
+from draligned.archive.store import indented_json, record_bytes, write_once
 from draligned.cli import main
 from draligned.hashing import sha256_bytes
 from draligned.indexing import rebuild, verify
@@ -40,6 +41,47 @@ def test_write_once_never_replaces_different_bytes(tmp_path):
         write_once(p, b"b")
     assert p.read_bytes() == b"a"
     assert [f.name for f in tmp_path.iterdir()] == ["x"]  # no temp files left behind
+
+
+def test_group_commit_writes_once_and_reports_a_refused_write_at_durable(tmp_path):
+    """Under group commit a queued blob is readable before it lands, everything is on disk after ``durable``,
+    nothing is overwritten (write_once's message, raised at ``durable``) and no temp file is left."""
+    a = Archive(tmp_path)
+    damaged = a.blob_path(sha256_bytes(b"kept"))
+    damaged.parent.mkdir(parents=True)
+    damaged.write_bytes(b"other bytes")  # a blob altered on disk: its name no longer matches
+
+    async def study_run() -> None:
+        with a.group_commit():
+            sha = a.put_blob("hello")
+            assert a.get_text(sha) == "hello"  # queued or written, a reader sees it
+            await a.durable()
+            assert a.blob_path(sha).read_bytes() == b"hello"
+            a.put_blob("kept")
+            with pytest.raises(ArchiveError, match="refusing to overwrite"):
+                await a.durable()
+
+    with pytest.raises(ArchiveError, match="refusing to overwrite"):  # and again when the writer closes
+        asyncio.run(study_run())
+    assert damaged.read_bytes() == b"other bytes"
+    assert not list(tmp_path.glob("blobs/*/.tmp-*"))
+
+
+@pytest.mark.parametrize("value", [
+    {}, [], {"a": [], "b": {}}, {"z": 1, "a": [1.5, -0.0, 1e-07, 1e16, 3], "m": None, "t": True, "f": False},
+    {"text": "caf\u00e9 \u676d\u5dde \"q\" \\ \n\t\u0001 \u2028 \U0001f600", "nested": [[{"k": [[]]}]]},
+    {"nan": float("nan"), "inf": [float("inf")]}, {"tuple": (1, 2)}, {1: "int key"},
+])
+def test_record_json_is_exactly_the_standard_librarys(value):
+    assert indented_json(value) == json.dumps(value, indent=1, sort_keys=True, ensure_ascii=False)
+
+
+def test_record_bytes_are_unchanged_for_a_real_record(small_archive):
+    _, archive = small_archive
+    for path in [*archive.record_paths(), *archive.started_paths()]:
+        record = Archive.load_record(path)
+        assert record_bytes(record) == path.read_bytes() == (json.dumps(
+            record.model_dump(mode="json"), indent=1, sort_keys=True, ensure_ascii=False) + "\n").encode()
 
 
 def test_blobs_are_content_addressed(tmp_path):
@@ -137,25 +179,24 @@ def test_interrupted_run_is_rerun_as_new_attempt_and_old_attempt_kept(tmp_path):
     assert (archive.runs_dir / "rcrashed0000.started.json").exists()
 
 
-#: ``draligned run STUDY`` that stands still (event loop blocked, nothing more written) right after its
-#: ``seal_at``-th run record is sealed, and says so on file descriptor ``fd``: the test kills it there.
+#: ``draligned run STUDY`` that stands still (event loop blocked, nothing more written) once ``seal_at`` run
+#: records are durable (a run counts as ended only then: the group-commit writer thread made them so) while
+#: another run is under way, and says so on file descriptor ``fd``: the test kills it there.
 HOLD_AFTER_SEALING = """
 import os, sys, threading
 from draligned.archive.store import Archive
 from draligned.cli import main
 
 study, fd, seal_at = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-write_record, sealed = Archive.write_record, []
+durable = Archive.durable
 
-def hold_after_sealing(self, record):
-    out = write_record(self, record)
-    sealed.append(out.run_id)
-    if len(sealed) == seal_at:
+async def hold_after_sealing(self):
+    await durable(self)
+    if seal_at <= len(self.record_paths()) < len(self.started_paths()):
         os.write(fd, b"sealed\\n")
         threading.Event().wait()  # until SIGKILL
-    return out
 
-Archive.write_record = hold_after_sealing
+Archive.durable = hold_after_sealing
 sys.exit(main(["run", study]))
 """
 
@@ -179,7 +220,7 @@ def test_killed_study_resumes_without_redoing_finished_runs(tmp_path):
         proc.wait()
     assert said == b"sealed\n", (tmp_path / "stderr.txt").read_text()
     archive = Archive(tmp_path / "archive")
-    assert len(archive.record_paths()) == 2  # killed right after the second run was sealed
+    assert len(archive.record_paths()) >= 2  # killed once two runs were sealed
     assert len(archive.started_paths()) > len(archive.record_paths())  # really interrupted
     done_before = {p.name: p.read_bytes() for p in archive.record_paths()}
     assert main(["run", str(study)]) == 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 import re
 from pathlib import Path
 
@@ -315,3 +316,13 @@ def test_snippet_cuts_on_characters_after_collapsing() -> None:
     assert snippet("abc", 0) == ""
     with pytest.raises(ValueError):
         snippet("abc", -1)
+
+
+def test_snippet_from_a_prefix_is_the_snippet_of_the_whole_text():
+    """The snippet collapses only a prefix of the text: it must equal collapsing all of it, then cutting."""
+    rnd = random.Random(0)
+    pieces = ["a", "bc", " ", "\n", "\t", "   ", "\u3000", "\r\n", "杭州"]
+    texts = ["".join(rnd.choice(pieces) for _ in range(rnd.randint(0, 200))) for _ in range(2000)]
+    for text in texts:
+        for n in (0, 1, 3, 17, 120):
+            assert snippet(text, n) == " ".join(text.split())[:n]

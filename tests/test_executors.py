@@ -7,7 +7,7 @@ import json
 import pytest
 
 from draligned.executors import EXECUTORS, Budget, Executor, Ledger, UnknownHarness, executor_for
-from draligned.harness import HARNESS_DIR, Contract, WorkspaceLimits, load_contract
+from draligned.harness import HARNESS_DIR, Contract, ContractError, WorkspaceLimits, load_contract
 from draligned.records import Counters, RunRecord, Usage
 from draligned.sandbox import SandboxLimits
 
@@ -61,3 +61,12 @@ def test_the_ledger_reads_the_run_records_counters():
     assert ledger.model_budget_spent() == "token budget spent"
     record.counters.model_calls, record.counters.tool_calls = 2, 1
     assert ledger.model_budget_spent() == "model-call budget spent" and not ledger.can_call_tool()
+
+
+def test_a_contract_whose_tool_schema_is_not_a_json_schema_is_refused_at_load(tmp_path):
+    """The tool schemas are checked against their metaschema once, when the contract loads, naming the field."""
+    data = json.loads((HARNESS_DIR / "H00.json").read_text())
+    data["tools"][1]["parameters"]["type"] = "objekt"
+    (tmp_path / "H00.json").write_text(json.dumps(data))
+    with pytest.raises(ContractError, match=r"H00.json: field tools\[1\].parameters: not a JSON Schema: 'objekt'"):
+        load_contract("H00", tmp_path)

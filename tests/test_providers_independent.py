@@ -13,6 +13,7 @@ import pytest
 
 from draligned.archive import Archive
 from draligned.cli import main
+from draligned.hashing import canonical_json
 from draligned.records import (
     ModelAttemptEvent,
     ModelCallEvent,
@@ -225,6 +226,25 @@ def test_declared_fields_are_sent_exactly_and_the_body_as_sent_is_archived(tmp_p
     (rec,) = archive.records()
     (call,) = [e for e in rec.events if isinstance(e, ModelCallEvent)]
     assert json.loads(archive.get_text(call.request_blob)) == sent
+
+
+@pytest.mark.parametrize("proto", ["openai-chat", "openai-responses", "anthropic"])
+def test_the_archived_body_is_the_wire_body_byte_for_byte(tmp_path, proto):
+    """Every call of a growing context (a search, then submit): the bytes on the wire are the SDK's compact JSON of
+    the archived body, and the archived blob is exactly the canonical JSON of those bytes."""
+    with WireServer(proto, ["split", "submit"]) as server:
+        study = study_file(tmp_path, {proto: server}, 'arms = ["P"]')
+        assert main(["run", str(study)]) == 0
+    archive = Archive(tmp_path / "archive")
+    (rec,) = archive.records()
+    calls = [e for e in rec.events if isinstance(e, ModelCallEvent)]
+    assert len(calls) == len(server.log) == 2
+    for call, sent in zip(calls, server.log, strict=True):
+        blob = archive.get_blob(call.request_blob)
+        compact = json.dumps(json.loads(sent["raw"]), ensure_ascii=False, separators=(",", ":")).encode()
+        assert sent["raw"] == compact  # the SDK's own serialisation: compact separators, UTF-8
+        assert canonical_json(json.loads(sent["raw"])) == blob
+        assert sent["headers"]["content-type"] == "application/json"
 
 
 @pytest.mark.parametrize("proto", ("openai-chat", "openai-responses"))

@@ -7,25 +7,34 @@ Layout under an archive root::
     runs/<run_id>.json            the sealed run record, written once when the run ends
     index.duckdb                  derived; ``draligned archive reindex`` rebuilds it
 
-Nothing is ever replaced: writing an existing path with different bytes raises.
+Nothing is ever replaced: writing an existing path with different bytes raises. During a study run
+(``Archive.group_commit``) the writes go to a writer thread that makes many files durable per sync
+(``draligned/archive/commit.py``); ``Archive.durable`` waits for them.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import math
 import os
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from json.encoder import encode_basestring as _quote  # the C encoder json.dumps itself uses
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
+from draligned.archive.commit import GroupCommit
+from draligned.archive.errors import ArchiveError, refuse_overwrite
 from draligned.hashing import canonical_json, sha256_bytes
 from draligned.records import RunRecord
 
-
-class ArchiveError(Exception):
-    """An archive operation that would lose or overwrite data, or found damaged data."""
+__all__ = ["Archive", "ArchiveError", "indented_json", "record_bytes", "remove_stale_temp_files", "stale_temp_files",
+           "write_once"]
 
 
 def write_once(path: Path, data: bytes) -> bool:
@@ -38,7 +47,7 @@ def write_once(path: Path, data: bytes) -> bool:
     if path.exists():
         if path.read_bytes() == data:
             return False
-        raise ArchiveError(f"{path}: exists with different bytes; refusing to overwrite")
+        refuse_overwrite(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
     try:
         with os.fdopen(fd, "wb") as fh:
@@ -49,12 +58,15 @@ def write_once(path: Path, data: bytes) -> bool:
             os.link(tmp, path)
         except FileExistsError:
             if path.read_bytes() != data:
-                raise ArchiveError(f"{path}: exists with different bytes; refusing to overwrite") from None
+                refuse_overwrite(path)
             return False
     finally:
         os.unlink(tmp)
     return True
 
+
+KNOWN_BLOBS = 65536
+"""Blob names a group commit remembers as queued (then it forgets them: a repeat is checked on disk)."""
 
 STALE_TEMP_S = 300
 """A ``write_once`` temp file older than this was left by a killed writer (a live write takes far less)."""
@@ -86,7 +98,53 @@ def remove_stale_temp_files(archive: Archive) -> list[Path]:
 
 def record_bytes(record: RunRecord) -> bytes:
     """The on-disk bytes of a run record: indented JSON with sorted keys and a newline."""
-    return (json.dumps(record.model_dump(mode="json"), indent=1, sort_keys=True, ensure_ascii=False) + "\n").encode()
+    return (indented_json(record.model_dump(mode="json")) + "\n").encode()
+
+
+def indented_json(obj: Any) -> str:
+    """``json.dumps(obj, indent=1, sort_keys=True, ensure_ascii=False)``, the same characters, about twice as
+    fast: with ``indent`` the standard library falls back to its pure-Python encoder, and every finished run
+    writes its record through here. Anything beyond plain JSON types (non-str keys, subclasses) goes to
+    ``json.dumps`` itself."""
+    out: list[str] = []
+    try:
+        _indent(obj, 0, out)
+    except TypeError:
+        return json.dumps(obj, indent=1, sort_keys=True, ensure_ascii=False)
+    return "".join(out)
+
+
+def _indent(o: Any, depth: int, out: list[str]) -> None:
+    kind = type(o)
+    if kind is str:
+        out.append(_quote(o))
+    elif kind is dict or kind is list:
+        mapping = kind is dict
+        if not o:
+            out.append("{}" if mapping else "[]")
+            return
+        sep = "\n" + " " * (depth + 1)
+        out.append("{" if mapping else "[")
+        for i, item in enumerate(sorted(o) if mapping else o):
+            out.append(sep if i == 0 else "," + sep)
+            if mapping:
+                out.append(_quote(item))  # TypeError for a non-str key (json.dumps converts those)
+                out.append(": ")
+                item = o[item]
+            _indent(item, depth + 1, out)
+        out.append("\n" + " " * depth + ("}" if mapping else "]"))
+    elif o is None:
+        out.append("null")
+    elif o is True:
+        out.append("true")
+    elif o is False:
+        out.append("false")
+    elif kind is int:
+        out.append(int.__repr__(o))
+    elif kind is float and math.isfinite(o):
+        out.append(float.__repr__(o))
+    else:
+        raise TypeError(kind.__name__)
 
 
 class Archive:
@@ -94,6 +152,33 @@ class Archive:
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
+        self._commit: GroupCommit | None = None
+        self._known: set[str] = set()
+        """Blob names put during the current group commit (a repeated text is not queued again)."""
+
+    # ------------------------------------------------------------------ group commit
+    @contextmanager
+    def group_commit(self) -> Iterator[None]:
+        """Within: writes go to a writer thread that makes them durable in batches (``await durable()``
+        before telling anyone a run has ended). On leaving, everything queued is made durable."""
+        self._commit, self._known = GroupCommit(self.root), set()
+        try:
+            yield
+        finally:
+            commit, self._commit = self._commit, None
+            commit.close()
+
+    async def durable(self) -> None:
+        """Return once every write made so far is durable (at once outside ``group_commit``); raises the
+        ArchiveError of a write that was refused."""
+        if self._commit is not None:
+            await asyncio.wrap_future(self._commit.barrier())
+
+    def _write(self, path: Path, data: bytes, record: bool = False) -> None:
+        if self._commit is None:
+            write_once(path, data)
+        else:
+            self._commit.write(str(path), data, record)
 
     # ------------------------------------------------------------------ blobs
     def blob_path(self, sha: str) -> Path:
@@ -104,7 +189,13 @@ class Archive:
         """Store bytes (str is UTF-8 encoded) and return their sha256."""
         raw = data.encode("utf-8") if isinstance(data, str) else data
         sha = sha256_bytes(raw)
-        write_once(self.blob_path(sha), raw)
+        if self._commit is None:
+            write_once(self.blob_path(sha), raw)
+        elif sha not in self._known:  # a blob's name is its bytes' hash: a repeat is the same file
+            if len(self._known) >= KNOWN_BLOBS:  # bounded: a long study's memory must not grow with it
+                self._known.clear()
+            self._known.add(sha)
+            self._commit.write(f"{self.root}/blobs/{sha[:2]}/{sha}", raw)
         return sha
 
     def put_json_blob(self, obj: object) -> str:
@@ -114,6 +205,9 @@ class Archive:
     def get_blob(self, sha: str, verify: bool = True) -> bytes:
         """Read a blob; with ``verify`` raise ArchiveError if its bytes no longer match its name."""
         path = self.blob_path(sha)
+        queued = None if self._commit is None else self._commit.pending.get(str(path))
+        if queued is not None:
+            return queued
         if not path.exists():
             raise ArchiveError(f"{path}: blob missing")
         data = path.read_bytes()
@@ -139,12 +233,12 @@ class Archive:
 
     def write_started(self, record: RunRecord) -> None:
         """Write the started marker of a run (status ``started``)."""
-        write_once(self.runs_dir / f"{record.run_id}.started.json", record_bytes(record.sealed()))
+        self._write(self.runs_dir / f"{record.run_id}.started.json", record_bytes(record.sealed()), record=True)
 
     def write_record(self, record: RunRecord) -> RunRecord:
         """Seal and write the final record of a run; returns the sealed record."""
         sealed = record.sealed()
-        write_once(self.runs_dir / f"{record.run_id}.json", record_bytes(sealed))
+        self._write(self.runs_dir / f"{record.run_id}.json", record_bytes(sealed), record=True)
         return sealed
 
     def record_paths(self) -> list[Path]:

@@ -208,8 +208,11 @@ class Loop:
         return self.setup.writer
 
     def __post_init__(self) -> None:
+        known = self.setup.contract.validators  # the contract's tools: checked once, when it was loaded
+        contract_tools = {t.name: t for t in self.setup.contract.contract.tools}
         for spec in self.tools:
-            self._validators[spec.name] = schema_validator(spec.parameters)
+            same = contract_tools.get(spec.name) is spec or contract_tools.get(spec.name) == spec
+            self._validators[spec.name] = known[spec.name] if same else schema_validator(spec.parameters)
 
     async def run(self) -> LoopResult:
         """Drive the context until it delivers, fails or the budget ends it."""

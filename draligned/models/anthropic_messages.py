@@ -74,12 +74,7 @@ class AnthropicMessages(RemoteModel):
         return body | fields
 
     async def post(self, client: Any, body: dict[str, Any], timeout: float) -> Posted:
-        rest = {k: v for k, v in body.items() if k not in ("model", "messages", "max_tokens")}
-        # An explicit timeout also stops the SDK refusing large non-streaming max_tokens.
-        raw = await client.messages.with_raw_response.create(
-            model=body["model"], messages=body["messages"], max_tokens=body.get("max_tokens", 4096),
-            extra_body=rest, timeout=timeout, extra_headers=self.declaration.headers or None)
-        return raw.http_request.content, raw.http_response.text, raw.headers
+        return await self.post_json(client, "/v1/messages", body, timeout)
 
     def read_reply(self, data: dict[str, Any]) -> dict[str, Any]:
         anomalies: list[str] = []

@@ -15,7 +15,7 @@ import openai
 
 from draligned.models import wire
 from draligned.models.options import ChatOptions
-from draligned.models.remote import Posted, RemoteModel
+from draligned.models.remote import Posted, RemoteModel, sdk_security
 from draligned.records import Message, ToolSpec, Usage
 
 
@@ -48,6 +48,9 @@ class OpenAIChat(RemoteModel):
     """Chat completions through the official ``openai`` SDK."""
 
     sdk = openai
+    raw_response_mode = "true"
+    security = sdk_security(openai, {"bearer_auth": True})  # as its create method: never an admin key
+    raw_response_mode = "true"
 
     def make_client(self, api_key: str) -> Any:
         return openai.AsyncOpenAI(api_key=api_key, base_url=self.declaration.base_url, max_retries=0)
@@ -61,11 +64,7 @@ class OpenAIChat(RemoteModel):
         return body | request_fields(d.request_fields(), bool(tools), field)
 
     async def post(self, client: Any, body: dict[str, Any], timeout: float) -> Posted:
-        rest = {k: v for k, v in body.items() if k not in ("model", "messages")}
-        raw = await client.chat.completions.with_raw_response.create(
-            model=body["model"], messages=body["messages"], extra_body=rest, timeout=timeout,
-            extra_headers=self.declaration.headers or None)
-        return raw.http_request.content, raw.text, raw.headers
+        return await self.post_json(client, "/chat/completions", body, timeout)
 
     def read_reply(self, data: dict[str, Any]) -> dict[str, Any]:
         anomalies: list[str] = []

@@ -22,7 +22,7 @@ import openai
 
 from draligned.models import wire
 from draligned.models.options import ResponsesOptions
-from draligned.models.remote import Posted, RemoteModel
+from draligned.models.remote import Posted, RemoteModel, sdk_security
 from draligned.records import Message, ReasoningState, ToolSpec, Usage
 
 PROTOCOL = "openai-responses"
@@ -50,6 +50,8 @@ class OpenAIResponses(RemoteModel):
     """The responses API through the official ``openai`` SDK."""
 
     sdk = openai
+    raw_response_mode = "true"
+    security = sdk_security(openai, {"bearer_auth": True})  # as its create method: never an admin key
 
     def make_client(self, api_key: str) -> Any:
         return openai.AsyncOpenAI(api_key=api_key, base_url=self.declaration.base_url, max_retries=0)
@@ -97,11 +99,7 @@ class OpenAIResponses(RemoteModel):
         return super().failure_hint(status, message, body)
 
     async def post(self, client: Any, body: dict[str, Any], timeout: float) -> Posted:
-        rest = {k: v for k, v in body.items() if k not in ("model", "input")}
-        raw = await client.responses.with_raw_response.create(
-            model=body["model"], input=body["input"], extra_body=rest, timeout=timeout,
-            extra_headers=self.declaration.headers or None)
-        return raw.http_request.content, raw.text, raw.headers
+        return await self.post_json(client, "/responses", body, timeout)
 
     def read_reply(self, data: dict[str, Any]) -> dict[str, Any]:
         anomalies: list[str] = []

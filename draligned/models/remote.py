@@ -33,6 +33,9 @@ from draligned.records import Message, ModelAttempt, ModelReply, ToolSpec
 #: What ``post`` returns: (request bytes as sent, raw response text, response headers).
 Posted = tuple[bytes, str, Mapping[str, str]]
 
+#: The SDKs' request header asking their request path for the unparsed response (``with_raw_response``).
+RAW_RESPONSE = "X-Stainless-Raw-Response"
+
 #: Sent as the key when a model declares no ``api_key_env`` (local servers that need none).
 NO_KEY = "no-key"
 
@@ -66,6 +69,26 @@ class RemoteModel(ModelAPI):
     @abstractmethod
     async def post(self, client: Any, body: dict[str, Any], timeout: float) -> Posted:
         """Send ``body`` once with the declared headers; return (bytes sent, raw response text, headers)."""
+
+    async def post_json(self, client: Any, path: str, body: dict[str, Any], timeout: float) -> Posted:
+        """Send ``body`` once to ``path`` as exactly the bytes the SDK would serialise (compact separators,
+        UTF-8), through the SDK's own request path: its auth, default headers, timeout handling and error
+        types (APIStatusError, RateLimitError, APIConnectionError, ...) with the declared headers. It skips
+        the SDK's per-call transform of the typed parameters, which walks the whole growing context on
+        every call; the body is already the wire JSON. ``RAW_RESPONSE`` asks for the unparsed response,
+        as ``with_raw_response`` does."""
+        content = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+        options: dict[str, Any] = {"timeout": timeout, "headers": {
+            "Content-Type": "application/json", RAW_RESPONSE: self.raw_response_mode, **self.declaration.headers}}
+        if self.security is not None:
+            options["security"] = self.security
+        raw = await client.post(path, cast_to=object, content=content, options=options)
+        return raw.http_request.content, raw.http_response.text, raw.headers
+
+    #: The value of ``RAW_RESPONSE`` the SDK's ``with_raw_response`` sends (openai "true", anthropic "raw").
+    raw_response_mode: str = "raw"
+    #: The auth schemes a call uses (the SDK's create methods name them; None: the SDK's default).
+    security: dict[str, bool] | None = None
 
     @abstractmethod
     def read_reply(self, data: dict[str, Any]) -> dict[str, Any]:
@@ -199,6 +222,13 @@ class RemoteModel(ModelAPI):
                           attempts=attempts or [], request_headers=self.declaration.headers or None,
                           response_headers=kept, gateway=gateway_info(kept or {}, data),
                           connection_limit=self.connections.limit if self.connections.adaptive else None)
+
+
+def sdk_security(sdk: Any, schemes: dict[str, bool]) -> dict[str, bool] | None:
+    """``schemes`` (the auth a create method asks for) when the SDK's request options take ``security``;
+    None for an SDK without them, whose request path sends its one key anyway."""
+    options = getattr(getattr(sdk, "_types", None), "RequestOptions", None)
+    return schemes if "security" in getattr(options, "__annotations__", {}) else None
 
 
 def sent_ids(value: Any) -> set[str]:

@@ -142,6 +142,11 @@ def snippet(text: str, n: int) -> str:
     """
     if n < 0:
         raise ValueError(f"snippet length must be >= 0, got {n}")
+    # Collapsing never lengthens text, so a prefix that still collapses to more than n characters gives the
+    # same first n (only its last character may be a cut run or word): every search result costs a snippet.
+    head = _WS_RE.sub(" ", text[:2 * n + 64]).lstrip()
+    if len(head) > n:
+        return head[:n]
     return _collapse(text)[:n]
 
 
