@@ -38,8 +38,9 @@ def _finished_per_slot(archive: Archive) -> dict[str, int]:
 
 @pytest.mark.slow
 def test_a_study_killed_mid_run_with_two_workers_resumes_to_one_finished_run_per_slot(tmp_path):
-    """kill -9 of the parent's whole process group (parent and both workers) once two runs are sealed, then
-    resume with two workers: every slot finished exactly once, the killed attempts kept, verify clean."""
+    """kill -9 of the parent's whole process group (parent and both workers) once two runs are sealed and a
+    third has started, then resume with two workers: every slot finished exactly once, the killed attempts
+    kept, verify clean."""
     study = write_study(tmp_path, ["car_insurance_2f_en.json", "career_mobility_en.json"], seeds=2,
                         latency_s=0.02)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -48,7 +49,13 @@ def test_a_study_killed_mid_run_with_two_workers_resumes_to_one_finished_run_per
     runs = tmp_path / "archive" / "runs"
     try:
         deadline = time.monotonic() + 300  # a guard against a hang, not a timing
-        while len([p for p in runs.glob("*.json") if not p.name.endswith(".started.json")]) < 2:
+        def sealed_and_started() -> tuple[int, int]:
+            names = [p.name for p in runs.glob("*.json")]
+            started = sum(n.endswith(".started.json") for n in names)
+            return len(names) - started, started
+
+        # Kill once two runs are sealed and another has started (markers and records land in group commits).
+        while (counts := sealed_and_started())[0] < 2 or counts[1] <= counts[0]:
             assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
             assert time.monotonic() < deadline
             time.sleep(0.005)
