@@ -7,6 +7,7 @@ One concept per module:
 - ``columns``     many trajectories as flat columns (offsets + per-document and per-round arrays)
 - ``fastload``    the JSON Lines loader at scale (orjson, vectorised checks, the full validator for failures)
 - ``parquet``     trajectories as Parquet (write, and read with the same rules)
+- ``parquet_batch`` the Parquet reader's vectorised checks of one Arrow batch (numpy views, no per-number objects)
 - ``estimators``  Opened Mean, OR, sequential IPW and DR (Eq. 6), CESS (Eqs. 9, 12, 13), intervals (Eq. 10)
 - ``column_estimators`` the same estimators as segment sums over ``columns``
 - ``metrics``     appendix F metrics, intervention effects (Eqs. 3–4), ICC, cluster bootstrap

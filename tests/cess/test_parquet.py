@@ -111,3 +111,23 @@ def test_cess_estimate_reports_a_bad_parquet_row_with_exit_2(
     (tmp_path / "broken.parquet").write_bytes(b"not parquet")
     assert main(["cess", "estimate", str(tmp_path / "broken.parquet")]) == 2
     assert capsys.readouterr().err.startswith(f"error: {tmp_path / 'broken.parquet'}: ")
+
+
+ROUND_VALUES = [
+    ("[0.5, 'nan'::DOUBLE, 0.5]", "0.0", r"rounds\[0\]\.probs\[1\]: is not a finite"),
+    ("[0.5, NULL, 0.5]", "0.0", r"rounds\[0\]\.probs\[1\]: None is not of type 'number'"),
+    ("[0.5, 0.25, 0.25]", "'-inf'::DOUBLE", r"rounds\[0\]\.stop_prob: is not a finite"),
+]
+
+
+@pytest.mark.parametrize(("probs", "stop", "error"), ROUND_VALUES, ids=["nan", "null", "infinite"])
+def test_nan_null_and_infinite_numbers_inside_rounds_are_refused_in_a_row_after_many_good_ones(
+        tmp_path: Path, probs: str, stop: str, error: str) -> None:
+    rng = random.Random(7)
+    _, parquet = _files(tmp_path, [varied_trajectory(rng, i) for i in range(40)] + [VALID | {"trajectory_id": "tv"}])
+    con = duckdb.connect()
+    con.execute(f"COPY (SELECT * REPLACE (CASE WHEN trajectory_id = 'tv' THEN [{{'probs': {probs}, 'chosen': 'd0', "
+                f"'stop_prob': {stop}, 'y': NULL::DOUBLE}}] ELSE rounds END AS rounds) FROM '{parquet}') "
+                f"TO '{tmp_path / 'x.parquet'}' (FORMAT parquet)")
+    with pytest.raises(TrajectoryError, match=r"^row 41 \(trajectory_id 'tv'\): " + error):
+        load_parquet(tmp_path / "x.parquet")

@@ -1,0 +1,169 @@
+"""Check one Arrow record batch of Parquet trajectories with numpy, and gather its columns.
+
+The nested columns arrive as flat child arrays plus offsets (numpy views, no Python objects per
+number): every rule of :func:`draligned.cess.trajectory.check_record` that the estimators rely on is
+checked over whole columns, and a row that breaks one (or comes close: a probability sum within
+rounding of the tolerance) is only *suspect*; :mod:`draligned.cess.parquet` has the full validator
+decide and name the field. The checks are stricter than the validator, never looser: nulls, NaN
+and infinities are suspect wherever a number is required.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from draligned.cess.columns import NEVER
+from draligned.cess.trajectory import PROB_SUM_TOLERANCE
+
+_SUM_MARGIN = 1e-9
+"""Sums this close to the tolerance are rechecked exactly (math.fsum) by the full validator."""
+_RANKINGS = pa.array(["original", "pro", "anti"])
+
+
+def _unlist(arr: pa.Array) -> tuple[np.ndarray, pa.Array]:
+    """Offsets from 0 (len + 1) and the child values they index (null lists are flagged by the caller)."""
+    off = np.asarray(arr.offsets, np.int64)
+    return off - off[0], arr.values.slice(int(off[0]), int(off[-1] - off[0]))
+
+
+def _floats(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """Values as float64 (NaN for null) and which are not null."""
+    values = np.asarray(arr.to_numpy(zero_copy_only=False), float)
+    if arr.null_count == 0:
+        return values, np.ones(len(values), bool)
+    return values, ~np.asarray(arr.is_null().to_numpy(zero_copy_only=False), bool)
+
+
+def _flag(arr: pa.Array) -> np.ndarray:
+    """A boolean Arrow array as numpy, null counted as True (suspect)."""
+    return np.asarray(pc.fill_null(arr, True).to_numpy(zero_copy_only=False), bool)
+
+
+def _nulls(arr: pa.Array) -> np.ndarray:
+    return np.asarray(arr.is_null().to_numpy(zero_copy_only=False), bool)
+
+
+def _any_per(owner: np.ndarray, flags: np.ndarray, b: int) -> np.ndarray:
+    """Per row, whether any of its elements (``owner``: the row of each) is flagged."""
+    out = np.zeros(b, bool)
+    out[owner[flags]] = True
+    return out
+
+
+def _segments(values: np.ndarray, start: np.ndarray, length: np.ndarray, ufunc: np.ufunc) -> np.ndarray:
+    """``ufunc`` reduced over each segment (NaN for an empty one, flagged by the caller)."""
+    out = np.full(len(start), np.nan)
+    full = length > 0
+    if full.any():
+        out[full] = ufunc.reduceat(values, start[full])
+    return out
+
+
+def _choices(doc_codes: np.ndarray, doc_start: np.ndarray, n: np.ndarray, owner_r: np.ndarray,
+             chosen_codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per round, the chosen document's index in its pool (-1 if absent); per row, a repeated doc id?
+
+    Rows are taken in groups of equal pool size N, as (rows, N) matrices of document codes, one
+    column at a time (no (rounds, N) matrix)."""
+    chosen, repeated = np.full(len(owner_r), -1, np.int64), np.zeros(len(n), bool)
+    for size in np.unique(n[n > 0]).tolist():
+        rows = np.nonzero(n == size)[0]
+        docs = doc_codes[doc_start[rows][:, None] + np.arange(size)]
+        if len(rows) == len(n) and (docs == docs[0]).all() and len(np.unique(docs[0])) == size:  # one pool
+            position = np.full(int(max(docs.max(), chosen_codes.max())) + 3, -1)
+            position[docs[0] + 2] = np.arange(size)
+            return position[chosen_codes + 2], repeated
+        ordered = np.sort(docs, axis=1)
+        repeated[rows] = (ordered[:, 1:] == ordered[:, :-1]).any(axis=1)
+        rounds = np.nonzero(n[owner_r] == size)[0] if len(rows) < len(n) else np.arange(len(owner_r))
+        local, wanted, found = np.searchsorted(rows, owner_r[rounds]), chosen_codes[rounds], np.full(len(rounds), -1)
+        for k in range(size - 1, -1, -1):  # the first match wins, as list.index
+            found[docs[:, k][local] == wanted] = k
+        chosen[rounds] = found
+    return chosen, repeated
+
+
+def check_batch(batch: pa.RecordBatch) -> tuple[np.ndarray, dict[str, np.ndarray], list[str], list[str]]:
+    """Per row whether it is suspect, the column arrays of :class:`~draligned.cess.columns.ColumnBuilder`,
+    and the trajectory and task ids."""
+    b, col = batch.num_rows, batch.column
+    ids, tasks, ranking, budget, pool, rounds = (col(name) for name in (
+        "trajectory_id", "task_id", "ranking", "budget", "pool", "rounds"))
+    bad = _flag(pc.equal(ids, "")) | _flag(pc.equal(tasks, "")) | _flag(pc.less(budget, 1)) | _nulls(pool)
+    bad |= ~_flag(pc.or_kleene(pc.is_null(ranking), pc.is_in(ranking, value_set=_RANKINGS)))
+    budget_f = np.asarray(pc.fill_null(budget, 1).to_numpy(zero_copy_only=False), float)
+    doc_ids, pool_y, pool_m = pool.flatten()
+
+    doc_off, doc_values = _unlist(doc_ids)
+    n = np.diff(doc_off)
+    owner_d = np.repeat(np.arange(b), n)
+    encoded = pc.dictionary_encode(doc_values)
+    doc_codes = np.asarray(pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False), np.int32)
+    empty = pc.index(encoded.dictionary, "").as_py()
+    bad |= _nulls(doc_ids) | (n == 0) | _any_per(owner_d, (doc_codes < 0) | (doc_codes == empty), b)
+
+    doc_y = np.full(len(doc_codes), np.nan)
+    y_off, y_values = _unlist(pool_y)
+    yv, y_valid = _floats(y_values)
+    y_len, y_absent = np.diff(y_off), _nulls(pool_y)
+    bad |= ~y_absent & (y_len != n)
+    bad |= _any_per(np.repeat(np.arange(b), y_len), y_valid & ~((yv >= -1) & (yv <= 1)), b)
+    if np.array_equal(y_off, doc_off):
+        doc_y = yv
+    else:  # some pool.y absent (unknown scores) or of the wrong length (suspect already)
+        owner_y = np.repeat(np.arange(b), y_len)
+        keep = ~y_absent[owner_y] & (y_len == n)[owner_y]
+        doc_y[(doc_off[owner_y] + np.arange(len(yv)) - y_off[owner_y])[keep]] = yv[keep]
+
+    m_off, m_values = _unlist(pool_m)
+    mv = np.asarray(m_values.to_numpy(zero_copy_only=False), float)
+    m_absent = _nulls(pool_m)
+    bad |= ~m_absent & (np.diff(m_off) != n)
+    bad |= _any_per(np.repeat(np.arange(b), np.diff(m_off)), ~np.isfinite(mv), b)
+    doc_m = mv if np.array_equal(m_off, doc_off) else np.zeros(len(doc_codes))
+    if doc_m is not mv and (~m_absent & (np.diff(m_off) == n)).any():
+        owner_m = np.repeat(np.arange(b), np.diff(m_off))
+        keep = ~m_absent[owner_m] & (np.diff(m_off) == n)[owner_m]
+        doc_m[(doc_off[owner_m] + np.arange(len(mv)) - m_off[owner_m])[keep]] = mv[keep]
+
+    r_off, r_values = _unlist(rounds)
+    n_rounds = np.diff(r_off)
+    owner_r = np.repeat(np.arange(b), n_rounds)
+    bad |= _nulls(rounds) | (n_rounds == 0) | (n_rounds > budget_f) | _any_per(owner_r, _nulls(r_values), b)
+    probs, chosen_ids, stop_prob, round_y = r_values.flatten()
+    chosen_codes = pc.index_in(chosen_ids, value_set=encoded.dictionary)
+    chosen, repeated = _choices(doc_codes, doc_off, n, owner_r,
+                                np.asarray(pc.fill_null(chosen_codes, -2).to_numpy(zero_copy_only=False), np.int32))
+    bad |= repeated
+
+    p_off, p_values = _unlist(probs)
+    pv = np.asarray(p_values.to_numpy(zero_copy_only=False), float)  # null → NaN: suspect
+    p_len, p_start = np.diff(p_off), p_off[:-1]
+    low = _segments(pv, p_start, p_len, np.minimum)
+    total = _segments(pv, p_start, p_len, np.add)
+    shaped = (p_len == n[owner_r]) & (chosen >= 0)
+    p = pv[np.where(shaped, p_start + chosen, 0)] if len(pv) else np.zeros(len(owner_r))
+    p = np.where(shaped, p, np.nan)
+    sv = np.asarray(stop_prob.to_numpy(zero_copy_only=False), float)
+    ry, ry_valid = _floats(round_y)
+    first = np.zeros(len(owner_r), bool)
+    first[r_off[:-1][n_rounds > 0]] = True
+    pool_y_j = np.where(shaped, doc_y[np.where(shaped, doc_off[owner_r] + chosen, 0)], np.nan) if len(doc_y) else ry
+    score = np.where(ry_valid, ry, pool_y_j)
+    bad_round = (_nulls(probs) | ~shaped | ~(low >= 0) | ~(np.abs(total - 1.0) <= PROB_SUM_TOLERANCE - _SUM_MARGIN)
+                 | ~(p > 0) | ~(sv >= 0) | ~(sv < 1) | (first & (sv != 0)) | np.isnan(score)
+                 | (ry_valid & ~((ry >= -1) & (ry <= 1))) | (np.abs(ry - pool_y_j) > 1e-9))
+    bad |= _any_per(owner_r, bad_round, b)
+
+    full = low > 0
+    first_support = np.zeros(len(doc_codes), np.int64)
+    varying = _any_per(owner_r, ~full, b) & ~_any_per(owner_r, ~shaped, b)
+    for row in np.nonzero(varying)[0].tolist():  # rare: a zero probability somewhere
+        r0, d0, size = int(r_off[row]), int(doc_off[row]), int(n[row])
+        block = pv[p_start[r0]:p_start[r0] + n_rounds[row] * size].reshape(n_rounds[row], size) > 0
+        first_support[d0:d0 + size] = np.where(block.any(axis=0), block.argmax(axis=0), NEVER)
+    arrays = {"budget": budget_f, "n_docs": n, "doc_m": doc_m, "doc_y": doc_y, "first_support": first_support,
+              "n_rounds": n_rounds, "chosen": chosen, "y": score, "p": p, "stop": sv, "full_support": full}
+    return bad, arrays, ids.to_pylist(), tasks.to_pylist()
