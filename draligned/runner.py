@@ -36,7 +36,7 @@ from draligned.archive.store import remove_stale_temp_files
 from draligned.archive.writer import RunWriter, new_record
 from draligned.executors import RunSetup, executor_for
 from draligned.guards import check_intact
-from draligned.indexing import rebuild
+from draligned.indexing import refresh
 from draligned.models import ModelAPI, get_model
 from draligned.models.base import RETRY_LISTENER
 from draligned.models.cache import CachedModel, ReplayCache
@@ -398,7 +398,9 @@ async def _run_with(study: Study, archive: Archive, search: StudySearch,
         else:
             held.enter_context(part.locked(archive))
         result = await _run_locked(study, archive, search, slots, models, verify, progress, execute, part is None)
-        rebuild(archive)  # still under the run lock, so no other run's records arrive meanwhile
+        # still under the run lock, so no other run's records arrive meanwhile; a run that wrote nothing
+        # keeps an index built from the files as they are (a resume of a finished study rebuilds nothing)
+        refresh(archive)
     return result
 
 
