@@ -30,7 +30,8 @@ BATCH = 256
 def record_batches(archive: Archive, size: int = BATCH) -> Iterator[list[RunRecord]]:
     """Every run record in run-id order, ``size`` at a time, read one file at a time: the sealed record
     of a run that ended, else its started marker."""
-    names = _record_names(archive)
+    sealed, started = run_files(archive)
+    names = set(sealed) | set(started)
     batch: list[RunRecord] = []
     for run_id in sorted({n.removesuffix(".json").removesuffix(".started") for n in names}):
         name = f"{run_id}.json" if f"{run_id}.json" in names else f"{run_id}.started.json"
@@ -42,14 +43,16 @@ def record_batches(archive: Archive, size: int = BATCH) -> Iterator[list[RunReco
         yield batch
 
 
-def _record_names(archive: Archive) -> set[str]:
-    """The names of the run record files and started markers (as ``Archive.record_paths`` and
-    ``started_paths`` find them: no hidden files), without a path object per file."""
+def run_files(archive: Archive) -> tuple[list[str], list[str]]:
+    """The names of the sealed run records and of the started markers, each sorted: the files
+    ``Archive.record_paths`` and ``started_paths`` list (no hidden files), without sorting a path object
+    per file (a third of the time of planning a resume at 20,000 runs)."""
     try:
         with os.scandir(archive.runs_dir) as entries:
-            return {e.name for e in entries if e.name.endswith(".json") and not e.name.startswith(".")}
+            names = sorted(e.name for e in entries if e.name.endswith(".json") and not e.name.startswith("."))
     except FileNotFoundError:
-        return set()
+        return [], []
+    return [n for n in names if not n.endswith(".started.json")], [n for n in names if n.endswith(".started.json")]
 
 
 def no_rows(archive: Archive, records: Iterable[Sequence[RunRecord]]) -> Iterable[Rows]:

@@ -19,7 +19,7 @@ import duckdb
 from pydantic import ValidationError
 
 from draligned.archive.store import Archive, stale_temp_files
-from draligned.archive.tables import ArchiveTables
+from draligned.archive.tables import ArchiveTables, run_files
 from draligned.hashing import sha256_bytes, sha256_json
 from draligned.records import RunRecord
 
@@ -116,7 +116,8 @@ def record_problems(archive: Archive, blobs: set[str] | None = None, parallel: b
     unreadable or altered records, missing blobs they reference (``blobs``: the blob names on disk, listed
     when not given), missing record files; ``parallel`` checks the records in worker processes."""
     blobs = set(blob_files(archive)) if blobs is None else blobs
-    paths = [str(p) for p in archive.started_paths() + archive.record_paths()]
+    sealed, started = run_files(archive)
+    paths = [os.path.join(archive.runs_dir, name) for name in started + sealed]
     problems: list[str] = []
     for chunk in in_chunks(_record_chunk, paths, PARALLEL_FROM if parallel else math.inf):
         for found, refs in chunk:
@@ -157,8 +158,9 @@ def missing_records(archive: Archive) -> list[str]:
     """Run record files that must exist but do not. Every run writes its started marker before
     anything else, so a sealed record without one lost a file; and a run the index lists as ended
     whose sealed record is gone would otherwise pass for an interrupted run (and be rerun)."""
-    started = {p.name.removesuffix(".started.json") for p in archive.started_paths()}
-    sealed = {p.name.removesuffix(".json") for p in archive.record_paths()}
+    sealed_names, started_names = run_files(archive)
+    started = {n.removesuffix(".started.json") for n in started_names}
+    sealed = {n.removesuffix(".json") for n in sealed_names}
     problems = [f"{archive.runs_dir / (r + '.started.json')}: missing started marker of sealed run {r}"
                 for r in sorted(sealed - started)]
     index = archive.root / "index.duckdb"
