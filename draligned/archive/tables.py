@@ -50,7 +50,7 @@ def run_files(archive: Archive) -> tuple[list[str], list[str]]:
     try:
         with os.scandir(archive.runs_dir) as entries:
             names = sorted(e.name for e in entries if e.name.endswith(".json") and not e.name.startswith("."))
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # no runs yet, or a path that is no archive
         return [], []
     return [n for n in names if not n.endswith(".started.json")], [n for n in names if n.endswith(".started.json")]
 
