@@ -33,10 +33,11 @@ from typing_extensions import TypedDict
 
 from draligned.archive import Archive
 from draligned.archive.store import remove_stale_temp_files
+from draligned.archive.tables import run_files
 from draligned.archive.writer import RunWriter, new_record
 from draligned.executors import RunSetup, executor_for
 from draligned.guards import check_intact
-from draligned.indexing import rebuild
+from draligned.indexing import refresh
 from draligned.models import ModelAPI, get_model
 from draligned.models.base import RETRY_LISTENER
 from draligned.models.cache import CachedModel, ReplayCache
@@ -138,7 +139,8 @@ _HEAD = TypeAdapter(_Head)
 def archived_heads(archive: Archive, started: bool = False) -> Iterator[_Head]:
     """The planning fields of each final run record (or started marker), one file at a time: a study of
     20,000 runs is planned without holding 20,000 parsed records."""
-    for path in archive.started_paths() if started else archive.record_paths():
+    for name in run_files(archive)[1 if started else 0]:
+        path = archive.runs_dir / name
         try:
             yield _HEAD.validate_json(path.read_bytes())
         except ValidationError:
@@ -378,7 +380,9 @@ async def _run_with(study: Study, archive: Archive, search: StudySearch,
         else:
             held.enter_context(part.locked(archive))
         result = await _run_locked(study, archive, search, slots, models, verify, progress, execute, part is None)
-        rebuild(archive)  # still under the run lock, so no other run's records arrive meanwhile
+        # still under the run lock, so no other run's records arrive meanwhile; a run that wrote nothing
+        # keeps an index built from the files as they are (a resume of a finished study rebuilds nothing)
+        refresh(archive)
     return result
 
 

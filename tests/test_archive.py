@@ -15,6 +15,7 @@ import pytest
 
 from draligned.archive import Archive, ArchiveError
 from draligned.archive.store import indented_json, record_bytes, write_once
+from draligned.archive.tables import record_batches
 from draligned.cli import main
 from draligned.hashing import sha256_bytes
 from draligned.indexing import rebuild, verify
@@ -147,6 +148,36 @@ def test_reindex_reproduces_every_table_of_the_index(demo_run, tmp_path, name, f
     assert list(after) == list(before)
     for table, content in before.items():
         assert after[table] == content, f"table {table} differs after rebuild"
+
+
+@pytest.mark.parametrize("name", ["archive", "pool-archive"])
+def test_an_index_built_a_few_records_at_a_time_has_every_table_the_same(demo_run, tmp_path, monkeypatch, name):
+    """Suppliers get the run records in batches and yield rows batch by batch (bounded memory): three
+    batches give the tables of the demo's index, built from one batch of all."""
+    copy = Archive(demo_run.copy(tmp_path / name, name))
+    size = len(copy.started_paths()) // 3 + 1
+    sizes = [len(b) for b in record_batches(copy, size)]
+    assert sizes[:2] == [size, size] and len(sizes) == 3
+    monkeypatch.setattr("draligned.archive.index.record_batches", lambda archive: record_batches(archive, size))
+    (copy.root / "index.duckdb").unlink()
+    rebuild(copy)
+    assert _index_tables(copy.root) == _index_tables(demo_run.out / name)
+
+
+def test_record_batches_give_each_run_once_in_run_id_order_its_sealed_record_else_its_marker(small_archive, tmp_path):
+    _, archive = small_archive
+    copy = tmp_path / "copy"
+    subprocess.run(["cp", "-a", str(archive.root), str(copy)], check=True)
+    copy_archive = Archive(copy)
+    sealed = {r.run_id: r for r in copy_archive.records()}
+    first = next(iter(sealed.values()))
+    copy_archive.write_started(first.model_copy(update={"run_id": "r0interrupted", "status": "started"}))
+    batches = list(record_batches(copy_archive, 2))
+    assert [len(b) for b in batches] == [2, 1]
+    got = {r.run_id: r for b in batches for r in b}
+    assert list(got) == sorted(got) == sorted([*sealed, "r0interrupted"])
+    assert got["r0interrupted"].status == "started"
+    assert all(got[run_id] == record for run_id, record in sealed.items())  # the sealed record, not its marker
 
 
 def test_rerun_skips_completed_slots_with_zero_model_calls(small_archive):

@@ -89,9 +89,9 @@ def test_rebuilds_by_reindex_read_report_and_stats_at_once_all_succeed(small, tm
 def test_run_holds_its_lock_through_reindexing_and_also_when_nothing_is_left_to_do(small, monkeypatch, capsys):
     study, archive = small
     held: list[bool] = []
-    real = __import__("draligned.runner", fromlist=["rebuild"]).rebuild
+    real = __import__("draligned.runner", fromlist=["refresh"]).refresh
 
-    def rebuild_checking_the_lock(arch: Archive):
+    def refresh_checking_the_lock(arch: Archive):
         fd = os.open(arch.root / LOCK_NAME, os.O_RDWR)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -102,7 +102,7 @@ def test_run_holds_its_lock_through_reindexing_and_also_when_nothing_is_left_to_
             os.close(fd)
         return real(arch)
 
-    monkeypatch.setattr("draligned.runner.rebuild", rebuild_checking_the_lock)
+    monkeypatch.setattr("draligned.runner.refresh", refresh_checking_the_lock)
     assert main(["run", str(study)]) == 0  # nothing left to do
     assert held == [True]
     fd = os.open(archive.root / LOCK_NAME, os.O_RDWR)  # another run holds the archive

@@ -122,5 +122,6 @@ def test_artifacts_rows_are_the_distinct_blob_refs_with_their_sizes(tmp_path):
     sha = archive.put_blob("a draft")
     record = _record()
     record.events.append(DraftEvent(event_id="e0013", version=3, blob=sha, chars=7, tool_event="e0003"))
-    rows = run_tables(archive, [record])["artifacts"]
+    (batch,) = run_tables(archive, [[record]])  # one batch of records, one batch of rows
+    rows = batch["artifacts"]
     assert rows == sorted({(s, kind, "r1", None) for s, kind in BLOBS} | {(sha, "draft", "r1", 7)})

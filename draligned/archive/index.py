@@ -20,7 +20,7 @@ from typing import Any
 import duckdb
 
 from draligned.archive.store import Archive, ArchiveError, remove_stale_temp_files
-from draligned.archive.tables import ArchiveTables
+from draligned.archive.tables import ArchiveTables, record_batches
 
 
 def bulk_insert(con: duckdb.DuckDBPyConnection, table: str, rows: Sequence[tuple[Any, ...]]) -> None:
@@ -67,7 +67,8 @@ def _index_lock(archive: Archive) -> Iterator[None]:
 
 def rebuild_index(archive: Archive, tables: Sequence[ArchiveTables]) -> Path:
     """Rebuild ``index.duckdb`` with every supplier's tables, from the run records (started markers
-    included, a sealed record replacing its marker) and the files the suppliers read.
+    included, a sealed record replacing its marker) and the files the suppliers read, a batch at a time:
+    memory stays bounded whatever the number of runs.
 
     The new index is built under a unique temporary name and moved into place atomically, under the
     index lock: readers see the old index or the new one, never half of one, and rebuilds at the same
@@ -83,17 +84,15 @@ def rebuild_index(archive: Archive, tables: Sequence[ArchiveTables]) -> Path:
         os.close(fd)
         tmp = Path(name)
         tmp.unlink()  # DuckDB creates the database file itself
-        records = {r.run_id: r for r in archive.started()}
-        records.update({r.run_id: r for r in archive.records()})
-        ordered = [records[k] for k in sorted(records)]
         try:
             con = duckdb.connect(str(tmp))
             try:
                 for supplier in tables:
                     if supplier.ddl:
                         con.execute(supplier.ddl)
-                    for table, rows in supplier.rows(archive, ordered).items():
-                        bulk_insert(con, table, rows)
+                    for batch in supplier.rows(archive, record_batches(archive)):
+                        for table, rows in batch.items():
+                            bulk_insert(con, table, rows)
             finally:
                 con.close()
             os.replace(tmp, target)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from draligned.archive.store import Archive
@@ -65,20 +66,24 @@ def gateway_rows(r: RunRecord) -> list[tuple[Any, ...]]:
             for ev in r.events if isinstance(ev, ModelCallEvent) and (g := ev.gateway) is not None]
 
 
-def run_tables(archive: Archive, records: Sequence[RunRecord]) -> Rows:
-    """``runs``, ``events`` and ``artifacts`` (each blob a record references, with its size if present)."""
-    arts = sorted({(sha, kind, r.run_id) for r in records for sha, kind in r.blob_refs()})
-    return {
-        "runs": [run_row(r) for r in records],
-        "events": [row for r in records for row in event_rows(r)],
-        "artifacts": [(sha, kind, run, _size(archive, sha)) for sha, kind, run in arts],
-        "gateway_calls": [row for r in records for row in gateway_rows(r)],
-    }
+def run_tables(archive: Archive, batches: Iterable[Sequence[RunRecord]]) -> Iterator[Rows]:
+    """``runs``, ``events``, ``artifacts`` (each blob a record references, with its size if present) and
+    ``gateway_calls``, a batch of records at a time."""
+    for records in batches:
+        arts = sorted({(sha, kind, r.run_id) for r in records for sha, kind in r.blob_refs()})
+        yield {
+            "runs": [run_row(r) for r in records],
+            "events": [row for r in records for row in event_rows(r)],
+            "artifacts": [(sha, kind, run, _size(archive, sha)) for sha, kind, run in arts],
+            "gateway_calls": [row for r in records for row in gateway_rows(r)],
+        }
 
 
 def _size(archive: Archive, sha: str) -> int | None:
-    path = archive.blob_path(sha)
-    return path.stat().st_size if path.exists() else None
+    try:
+        return os.stat(os.path.join(archive.root, "blobs", sha[:2], sha)).st_size
+    except OSError:  # missing (verify names it)
+        return None
 
 
 RUN_TABLES = ArchiveTables(name="runs", ddl=SCHEMA, rows=run_tables, verify=verify_records)

@@ -7,9 +7,10 @@ by the verify of the :class:`~draligned.archive.tables.ArchiveTables` it supplie
 from __future__ import annotations
 
 import json
+import math
 import multiprocessing
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import TypeVar
@@ -18,7 +19,7 @@ import duckdb
 from pydantic import ValidationError
 
 from draligned.archive.store import Archive, stale_temp_files
-from draligned.archive.tables import ArchiveTables
+from draligned.archive.tables import ArchiveTables, run_files
 from draligned.hashing import sha256_bytes, sha256_json
 from draligned.records import RunRecord
 
@@ -27,6 +28,9 @@ T = TypeVar("T")
 
 PARALLEL_FROM = 2000
 """Files from which verify checks them in worker processes (forking workers costs about 20 ms each)."""
+
+CHUNK = 256
+"""Files checked at a time in this process (the run records' blob references are reduced chunk by chunk)."""
 
 
 def verify_archive(archive: Archive, tables: Sequence[ArchiveTables]) -> list[str]:
@@ -65,13 +69,22 @@ def blob_files(archive: Archive) -> dict[str, str]:
 def in_parallel(check: Callable[[list[Item]], list[T]], items: list[Item], at_least: int = PARALLEL_FROM) -> list[T]:
     """``check`` over ``items`` in chunks, in one forked worker process per core when there are ``at_least``
     items (fewer are checked here: starting workers would cost more); results in order."""
+    return [found for part in in_chunks(check, items, at_least) for found in part]
+
+
+def in_chunks(check: Callable[[list[Item]], list[T]], items: list[Item],
+              at_least: float = PARALLEL_FROM) -> Iterator[list[T]]:
+    """What :func:`in_parallel` finds, chunk by chunk as the chunks are checked (a caller that reduces each
+    chunk's results holds one chunk's, not all of them)."""
     workers = min(os.cpu_count() or 1, 8)
     if workers < 2 or len(items) < at_least:
-        return check(items)
+        for start in range(0, len(items), CHUNK):
+            yield check(items[start:start + CHUNK])
+        return
     size = -(-len(items) // (workers * 4))
     chunks = [items[i:i + size] for i in range(0, len(items), size)]
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
-        return [found for part in pool.map(check, chunks) for found in part]
+        yield from pool.map(check, chunks)
 
 
 def _altered_blobs(paths: list[str]) -> list[str]:
@@ -103,12 +116,14 @@ def record_problems(archive: Archive, blobs: set[str] | None = None, parallel: b
     unreadable or altered records, missing blobs they reference (``blobs``: the blob names on disk, listed
     when not given), missing record files; ``parallel`` checks the records in worker processes."""
     blobs = set(blob_files(archive)) if blobs is None else blobs
-    paths = [str(p) for p in archive.started_paths() + archive.record_paths()]
+    sealed, started = run_files(archive)
+    paths = [os.path.join(archive.runs_dir, name) for name in started + sealed]
     problems: list[str] = []
-    for found, refs in (in_parallel(_record_chunk, paths) if parallel else _record_chunk(paths)):
-        problems += found
-        problems += [f"{archive.blob_path(sha)}: missing {kind} blob referenced by {name}"
-                     for sha, kind, name in refs if sha not in blobs]
+    for chunk in in_chunks(_record_chunk, paths, PARALLEL_FROM if parallel else math.inf):
+        for found, refs in chunk:
+            problems += found
+            problems += [f"{archive.blob_path(sha)}: missing {kind} blob referenced by {name}"
+                         for sha, kind, name in refs if sha not in blobs]
     return problems + missing_records(archive)
 
 
@@ -143,8 +158,9 @@ def missing_records(archive: Archive) -> list[str]:
     """Run record files that must exist but do not. Every run writes its started marker before
     anything else, so a sealed record without one lost a file; and a run the index lists as ended
     whose sealed record is gone would otherwise pass for an interrupted run (and be rerun)."""
-    started = {p.name.removesuffix(".started.json") for p in archive.started_paths()}
-    sealed = {p.name.removesuffix(".json") for p in archive.record_paths()}
+    sealed_names, started_names = run_files(archive)
+    started = {n.removesuffix(".started.json") for n in started_names}
+    sealed = {n.removesuffix(".json") for n in sealed_names}
     problems = [f"{archive.runs_dir / (r + '.started.json')}: missing started marker of sealed run {r}"
                 for r in sorted(sealed - started)]
     index = archive.root / "index.duckdb"

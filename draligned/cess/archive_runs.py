@@ -13,7 +13,7 @@ with λ = :data:`ARCHIVE_LAMBDA` (the default of ``cess estimate``) and the pool
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -166,9 +166,10 @@ def cess_rows(runs: list[PoolRun], lam: float = ARCHIVE_LAMBDA) -> list[CessRun]
     return rows
 
 
-def _cess_tables(archive: Archive, records: Sequence[RunRecord]) -> Rows:
-    """The ``cess_runs`` rows of the sealed pool runs among ``records``."""
-    return {"cess_runs": [tuple(row.model_dump().values()) for row in cess_rows(pool_runs(archive, records))]}
+def _cess_tables(archive: Archive, batches: Iterable[Sequence[RunRecord]]) -> Iterator[Rows]:
+    """The ``cess_runs`` rows of the sealed pool runs among the records, a batch of records at a time."""
+    for records in batches:
+        yield {"cess_runs": [tuple(row.model_dump().values()) for row in cess_rows(pool_runs(archive, records))]}
 
 
 CESS_TABLES = ArchiveTables(name="cess", ddl=CESS_RUNS_DDL, rows=_cess_tables)

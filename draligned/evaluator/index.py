@@ -9,13 +9,13 @@ run, phase, document, axis).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from draligned.archive.store import Archive
 from draligned.archive.tables import ArchiveTables, Rows
 from draligned.evaluator.aggregate import read_label
-from draligned.evaluator.states import state_rows
+from draligned.evaluator.states import run_states
 from draligned.evaluator.storage import ReadStore, verify_reads
 from draligned.records import RunRecord
 
@@ -33,34 +33,44 @@ CREATE TABLE states (evaluator_id TEXT, run_id TEXT, card_id TEXT, arm TEXT, see
 """
 
 
-def evaluator_rows(archive: Archive, records: Sequence[RunRecord]) -> Rows:
-    """The evaluator tables' rows for every evaluator that has read the archive, evaluator by evaluator."""
-    tables: dict[str, list[tuple[Any, ...]]] = {t: [] for t in ("packets", "reads", "items", "labels", "states")}
-    for eid in ReadStore.evaluator_ids(archive):
-        store = ReadStore(archive, eid)
-        manifests = store.manifests()
-        reads = store.reads()
-        axes = {m.packet_id: m.axes for m in manifests}
-        tables["packets"] += [(eid, m.packet_id, m.run_id, m.phase, m.document, m.chunk, m.read, m.alpha_is_p,
-                               m.kind, m.template_sha256, json.dumps(m.blocked) if m.blocked else None)
-                              for m in manifests]
-        tables["reads"] += [(eid, r.packet_id, r.status, r.error, r.raw_response_blob, r.text_blob,
-                             r.usage.output_tokens, r.transport, r.batch_id, r.line_id) for r in reads.values()]
-        tables["items"] += [(eid, r.packet_id, n, i.axis_id, i.kind, i.status, i.side,
-                             json.dumps(i.source_ids), i.entity_key, i.condition_status)
-                            for r in reads.values() for n, i in enumerate(r.items)]
-        tables["labels"] += [(eid, r.packet_id, lab.axis_id, lab.request_id, lab.side, None, None, None, None)
-                             for r in reads.values() for lab in r.labels]
-        for r in reads.values():
-            if r.status == "OK" and not r.labels:
-                for axis in axes.get(r.packet_id, []):
-                    rl = read_label(r.items, axis)
-                    tables["labels"].append((eid, r.packet_id, axis, None, rl.label, rl.basis, rl.p, rl.q,
-                                             rl.neither))
-        tables["states"] += [(eid, s.run_id, s.card_id, s.arm, s.seed, s.phase, s.document, s.axis_id,
-                              s.assigned, s.decision.state, s.decision.reason, s.decision.label)
-                             for s in state_rows(archive, eid)]
-    return tables
+def evaluator_rows(archive: Archive, batches: Iterable[Sequence[RunRecord]]) -> Iterator[Rows]:
+    """The evaluator tables' rows for every evaluator that has read the archive: its read files'
+    tables evaluator by evaluator, then the states of the sealed runs a batch of records at a time."""
+    ids = ReadStore.evaluator_ids(archive)
+    for eid in ids:
+        yield _read_rows(archive, eid)
+    if not ids:
+        return
+    states = [run_states(archive, eid) for eid in ids]
+    for records in batches:
+        yield {"states": [(s.evaluator_id, s.run_id, s.card_id, s.arm, s.seed, s.phase, s.document, s.axis_id,
+                           s.assigned, s.decision.state, s.decision.reason, s.decision.label)
+                          for of in states for r in records if r.status != "started" for s in of(r)]}
+
+
+def _read_rows(archive: Archive, eid: str) -> Rows:
+    """``packets``, ``reads``, ``items`` and ``labels`` of one evaluator's read files."""
+    store = ReadStore(archive, eid)
+    manifests = store.manifests()
+    reads = store.reads()
+    axes = {m.packet_id: m.axes for m in manifests}
+    labels: list[tuple[Any, ...]] = [(eid, r.packet_id, lab.axis_id, lab.request_id, lab.side, None, None, None, None)
+              for r in reads.values() for lab in r.labels]
+    for r in reads.values():
+        if r.status == "OK" and not r.labels:
+            for axis in axes.get(r.packet_id, []):
+                rl = read_label(r.items, axis)
+                labels.append((eid, r.packet_id, axis, None, rl.label, rl.basis, rl.p, rl.q, rl.neither))
+    return {
+        "packets": [(eid, m.packet_id, m.run_id, m.phase, m.document, m.chunk, m.read, m.alpha_is_p,
+                     m.kind, m.template_sha256, json.dumps(m.blocked) if m.blocked else None) for m in manifests],
+        "reads": [(eid, r.packet_id, r.status, r.error, r.raw_response_blob, r.text_blob,
+                   r.usage.output_tokens, r.transport, r.batch_id, r.line_id) for r in reads.values()],
+        "items": [(eid, r.packet_id, n, i.axis_id, i.kind, i.status, i.side,
+                   json.dumps(i.source_ids), i.entity_key, i.condition_status)
+                  for r in reads.values() for n, i in enumerate(r.items)],
+        "labels": labels,
+    }
 
 
 EVALUATOR_TABLES = ArchiveTables(name="evaluator", ddl=SCHEMA, rows=evaluator_rows, verify=verify_reads)

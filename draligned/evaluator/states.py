@@ -9,6 +9,7 @@ phase and document (paper Table 22); a document one arm lacks is NO_DOCUMENT.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from typing import Literal, TypedDict
 
 from draligned.archive.store import Archive
@@ -177,8 +178,9 @@ def _run_rows(evaluator_id: str, record: RunRecord, card: Card, units: Units,
     return rows
 
 
-def state_rows(archive: Archive, evaluator_id: str) -> list[StateRow]:
-    """Every (run, phase, document, axis) state for the phases this evaluator has packets for."""
+def run_states(archive: Archive, evaluator_id: str) -> Callable[[RunRecord], list[StateRow]]:
+    """The states of one sealed run for the phases this evaluator has packets for (its reads are loaded
+    once, here, so that runs can be given one at a time)."""
     store = ReadStore(archive, evaluator_id)
     manifests = store.manifests()
     reads = store.reads()
@@ -186,10 +188,14 @@ def state_rows(archive: Archive, evaluator_id: str) -> list[StateRow]:
     for m in manifests:
         units[(m.run_id, m.document, m.chunk)][m.read] = m
     phases = {m.phase for m in manifests}
-    rows: list[StateRow] = []
-    for record in archive.records():
-        rows += _run_rows(evaluator_id, record, load_card(archive, record), units, reads, phases)
-    return rows
+    return lambda record: _run_rows(evaluator_id, record, load_card(archive, record), units, reads, phases)
+
+
+def state_rows(archive: Archive, evaluator_id: str) -> list[StateRow]:
+    """Every (run, phase, document, axis) state for the phases this evaluator has packets for (the
+    sealed records read one at a time)."""
+    states = run_states(archive, evaluator_id)
+    return [row for path in archive.record_paths() for row in states(archive.load_record(path))]
 
 
 def phase_of(document: str) -> Phase:

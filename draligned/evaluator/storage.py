@@ -30,7 +30,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from draligned.archive.store import Archive, ArchiveError, write_once
-from draligned.archive.verify import blob_files, in_parallel, read_file
+from draligned.archive.verify import blob_files, in_chunks, read_file
 from draligned.evaluator.ingest import ExtractedItem, RequestLabel
 from draligned.evaluator.packets import Manifest
 from draligned.records import GatewayInfo, Record, Usage, later
@@ -228,7 +228,8 @@ def verify_reads(archive: Archive) -> list[str]:
             files += [(top, os.path.join(dirpath, n)) for n in names if n.endswith(".json") and n != "evaluator.json"]
     blobs = set(blob_files(archive))
     return [f"{archive.blob_path(sha)}: missing blob referenced by {path}" if sha else path
-            for path, sha in in_parallel(_read_file_problems, files) if sha is None or sha not in blobs]
+            for chunk in in_chunks(_read_file_problems, files) for path, sha in chunk
+            if sha is None or sha not in blobs]
 
 
 def _read_file_problems(files: list[tuple[str, str]]) -> list[tuple[str, str | None]]:
