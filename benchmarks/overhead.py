@@ -192,9 +192,10 @@ def time_draligned(study_path: Path, window: Callable[[], tuple[float, int]] | N
     if profile is not None:
         profile.disable()
     wall = time.perf_counter() - t0
-    calls = sum(r.counters.model_calls for r in result.records)
-    bad = [r.status_reason for r in result.records if r.status != "completed"]
-    if bad or calls != CALLS_PER_RUN * len(result.records):
+    records = [result.archive.find_run(run.run_id) for run in result.runs]  # read after the timing
+    calls = sum(r.counters.model_calls for r in records)
+    bad = [r.status_reason for r in records if r.status != "completed"]
+    if bad or calls != CALLS_PER_RUN * len(records):
         raise SystemExit(f"benchmark study did not run as scripted: {calls} calls, failures {bad[:3]}")
     span, seen = (STAMPS[-1] - STAMPS[0], len(STAMPS)) if window is None else window()
     cpu = marks[-1] - marks[0]
