@@ -20,7 +20,6 @@ from typing import Literal
 from draligned.archive import Archive
 from draligned.archive.tables import ArchiveTables, Rows
 from draligned.cess.estimators import PoolEstimates, trajectory_estimates
-from draligned.cess.parquet import write_parquet
 from draligned.cess.trajectory import Trajectory, TrajectoryPool, TrajectoryRound
 from draligned.records import PoolRoundEvent, Record, RunRecord
 from draligned.tools.pool_file import LoadedPool, parse_pool
@@ -186,6 +185,8 @@ def export_trajectories(archive: Archive, out: Path, fmt: Literal["jsonl", "parq
             fh.write(run.trajectory.model_dump_json(exclude_none=True) + "\n")
     if fmt == "parquet":
         try:
+            from draligned.cess.parquet import write_parquet  # pyarrow only when a Parquet file is asked for
+
             write_parquet(jsonl, out)
         finally:
             jsonl.unlink()

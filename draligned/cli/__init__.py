@@ -12,6 +12,12 @@ import os
 import sys
 from collections.abc import Iterable
 
+EVALUATOR_HELP = ("an evaluator id this archive was read by, or the evaluator's TOML file (either is accepted "
+                  "by every command)")
+"""The ``--evaluator`` help shared by every command that takes one."""
+NO_VERIFY_HELP = "do not check the archive's hashes first (faster on a big archive; not recommended)"
+"""The ``--no-verify`` help shared by the commands that check the archive first."""
+
 COMMANDS: dict[str, tuple[str, str]] = {
     "cards": ("cards", "validate, export and construct factor cards"),
     "run": ("run", "run a study (resumes: finished slots are skipped)"),

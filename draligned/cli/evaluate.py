@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from draligned.archive.store import Archive
-from draligned.cli import add_command
+from draligned.cli import EVALUATOR_HELP, NO_VERIFY_HELP, add_command
 from draligned.evaluator.aggregate import STATES
 from draligned.evaluator.agreement import between_evaluators, between_reads
 from draligned.evaluator.batching import POLL_S
@@ -25,10 +25,6 @@ from draligned.evaluator.storage import ReadStore
 from draligned.guards import evaluator_to_read, open_archive, require_reader
 from draligned.models import ModelError
 from draligned.workflow import batch_status, cancel_batch_jobs, read_and_index
-
-EVALUATOR_HELP = ("an evaluator id this archive was read by, or the evaluator's TOML file (either is accepted "
-                  "by every command)")
-NO_VERIFY_HELP = "do not check the archive's hashes first (faster on a big archive; not recommended)"
 
 _PHASE_ALIASES: dict[str, Phase] = {"requests": "requests", "drafts": "draft", "draft": "draft", "final": "final"}
 

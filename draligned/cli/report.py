@@ -6,8 +6,7 @@ import argparse
 import sys
 
 from draligned.analysis.plan import starter_plan
-from draligned.cli import add_command
-from draligned.cli.evaluate import EVALUATOR_HELP, NO_VERIFY_HELP
+from draligned.cli import EVALUATOR_HELP, NO_VERIFY_HELP, add_command
 from draligned.guards import archive_studies, open_archive
 from draligned.workflow import make_report
 
