@@ -114,16 +114,20 @@ def read_file(path: str) -> bytes:
 def record_problems(archive: Archive, blobs: set[str] | None = None, parallel: bool = False) -> list[str]:
     """The run records' part of verify (no blob is hashed, so it is cheap enough for every ``run``):
     unreadable or altered records, missing blobs they reference (``blobs``: the blob names on disk, listed
-    when not given), missing record files; ``parallel`` checks the records in worker processes."""
-    blobs = set(blob_files(archive)) if blobs is None else blobs
+    when not given), missing record files; ``parallel`` checks the records in worker processes.
+
+    Another process may be writing the archive (shards sharing it): a record is linked only after the blobs
+    it names, so the run files are listed before the blobs, and a blob missing from a listing made earlier
+    is looked up again before it is called missing."""
     sealed, started = run_files(archive)
+    blobs = set(blob_files(archive)) if blobs is None else blobs
     paths = [os.path.join(archive.runs_dir, name) for name in started + sealed]
     problems: list[str] = []
     for chunk in in_chunks(_record_chunk, paths, PARALLEL_FROM if parallel else math.inf):
         for found, refs in chunk:
             problems += found
             problems += [f"{archive.blob_path(sha)}: missing {kind} blob referenced by {name}"
-                         for sha, kind, name in refs if sha not in blobs]
+                         for sha, kind, name in refs if sha not in blobs and not archive.blob_path(sha).exists()]
     return problems + missing_records(archive)
 
 
