@@ -28,6 +28,7 @@ from draligned.cli import main as cli
 from draligned.evaluator.storage import ReadStore
 from draligned.records import ModelAttemptEvent, ModelCallEvent
 from tests.independent_provider import State, serve
+from tests.study_helpers import write_evaluator
 
 REPO = Path(__file__).resolve().parents[1]
 UPSTREAM = "fake-chat-2026-01-01"
@@ -156,26 +157,15 @@ def run(litellm: str, port: int) -> None:
 
 
 def evaluator_read(work: Path, base: str) -> bool:
-    prompts = REPO / "evaluator_prompts"
-    path = work / "eval.toml"
-    path.write_text(f"""evaluator_id = "gw-eval-v1"
+    path = write_evaluator(work / "eval.toml", """evaluator_id = "gw-eval-v1"
 description = "an evaluator behind LiteLLM"
 max_tokens = 512
-concurrency = 2
-[prompts]
-requests = "{prompts / 'request_packet.v1.md'}"
-document = "{prompts / 'document_packet.v1.md'}"
-[schemas]
-requests = "{prompts / 'request_labels.v1.schema.json'}"
-document = "{prompts / 'document_items.v1.schema.json'}"
-[model]
-name = "gw-read"
+concurrency = 2""", f"""name = "gw-read"
 protocol = "openai-chat"
 model = "gw-chat"
 base_url = "{base}"
 api_key_env = "LITELLM_KEY"
-checks = {{ accepted_model_echoes = ["{UPSTREAM}"] }}
-""")
+checks = {{ accepted_model_echoes = ["{UPSTREAM}"] }}""")
     cli(["read", str(work / "plain"), "--evaluator", str(path), "--phase", "final"])
     reads = list(ReadStore(Archive(work / "plain"), "gw-eval-v1").reads().values())
     return bool(reads) and all(r.gateway and r.gateway.served_model == UPSTREAM and r.headers_blob for r in reads)
