@@ -41,7 +41,7 @@ from draligned.indexing import refresh
 from draligned.models import ModelAPI, get_model
 from draligned.models.base import RETRY_LISTENER
 from draligned.models.cache import CachedModel, ReplayCache
-from draligned.records import FINISHED, ModelAttemptEvent, ModelCallEvent, RunRecord, Slot
+from draligned.records import FINISHED, ModelAttemptEvent, ModelCallEvent, Record, RunRecord, Slot
 from draligned.sandbox import WORKSPACE_OWNER, SandboxUnavailable, remove_stale_workspaces, require_sandbox
 from draligned.shards import LOCK_NAME, StudyPart
 from draligned.study import Study, StudyError
@@ -49,9 +49,8 @@ from draligned.tools.pool_search import StudySearch, open_search
 from draligned.tools.web import WebConfigError
 
 
-@dataclass(frozen=True, slots=True)
-class RunOutcome:
-    """What the study keeps of a run that ended (about 0.2 KB, not its ~77 KB record, which is in the archive):
+class RunOutcome(Record, frozen=True):
+    """What the study keeps of a run that ended (about 1.2 KB, not its ~77 KB record, which is in the archive):
     enough for the summary, the cost cap and the stop-after-connection-failures rule."""
 
     run_id: str
@@ -73,8 +72,9 @@ class RunOutcome:
 
     @classmethod
     def of(cls, record: RunRecord) -> RunOutcome:
-        return cls(record.run_id, record.slot_id, record.slot.model, record.status, record.status_reason,
-                   record.counters.cost_usd, connection_failed(record), reached_model(record))
+        return cls(run_id=record.run_id, slot_id=record.slot_id, model=record.slot.model, status=record.status,
+                   status_reason=record.status_reason, cost_usd=record.counters.cost_usd,
+                   connection_failed=connection_failed(record), reached_model=reached_model(record))
 
 
 @dataclass

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import itertools
 import json
 import multiprocessing
@@ -106,7 +105,7 @@ async def _serve(study: Study, search: StudySearch, models: dict[str, ModelAPI],
                     reply({"id": msg["id"], "slot": None if got is None else got[0].model_dump(mode="json"),
                            "attempt": None if got is None else got[1]})
                 elif op == "end":
-                    dispatch.end(RunOutcome(**msg["outcome"]), source, msg["running"])
+                    dispatch.end(RunOutcome.model_validate(msg["outcome"]), source, msg["running"])
                 elif op == "retrying":
                     dispatch.retrying(msg["slot"], msg["delta"])
                 elif op == "acquire":
@@ -238,7 +237,7 @@ async def _work(study: Study, path: str, concurrency: int, names: set[str], shar
                 return None if got["slot"] is None else (Slot.model_validate(got["slot"]), got["attempt"])
 
             async def end(outcome: RunOutcome, running: float) -> None:
-                channel.send({"op": "end", "outcome": dataclasses.asdict(outcome), "running": running})
+                channel.send({"op": "end", "outcome": outcome.model_dump(mode="json"), "running": running})
 
             def retrying(slot_id: str, delta: int) -> None:
                 channel.send({"op": "retrying", "slot": slot_id, "delta": delta})
