@@ -26,10 +26,16 @@ from draligned.archive.store import write_once
 from draligned.guards import check_intact
 from draligned.indexing import rebuild
 from draligned.records import FINISHED, Slot
-from draligned.runner import ProgressCallback, RunProgress, StudyResult, plan_resume, run_study
+from draligned.runner import (
+    ProgressCallback,
+    RunProgress,
+    StudyResult,
+    open_study_search,
+    plan_resume,
+    run_study,
+)
 from draligned.shards import SlotSet, lock_whole, merge_locked
 from draligned.study import Study, StudyError
-from draligned.tools.pool_search import open_search
 
 STAGING = ".ray-shards"
 """Where the driver stages the shards its tasks returned (inside the archive; a merge skips dot folders)."""
@@ -90,11 +96,7 @@ def run_slots(study: Study, slot_ids: list[str], model: str, limits: Any, lease:
 
 
 async def _study_slots(study: Study) -> list[Slot]:
-    spec = study.spec.search
-    try:
-        search = open_search(spec, study.corpus_path, study.pool_paths, study.acquisition_root)
-    except ValueError as exc:
-        raise StudyError(f"{study.path}: field search: {exc}") from exc
+    search = open_study_search(study)
     try:
         return study.slots(search.sha256)
     finally:
