@@ -43,7 +43,7 @@ from draligned.models.base import RETRY_LISTENER
 from draligned.models.cache import CachedModel, ReplayCache
 from draligned.records import FINISHED, ModelAttemptEvent, ModelCallEvent, Record, RunRecord, Slot
 from draligned.sandbox import WORKSPACE_OWNER, SandboxUnavailable, remove_stale_workspaces, require_sandbox
-from draligned.shards import LOCK_NAME, StudyPart
+from draligned.shards import LOCK_NAME, StudyPart, hold_lock
 from draligned.study import Study, StudyError
 from draligned.tools.pool_search import StudySearch, open_search
 from draligned.tools.web import WebConfigError
@@ -376,7 +376,11 @@ async def _run_with(study: Study, archive: Archive, search: StudySearch,
     models = prepare_models(study, {s.model for s in todo})
     with ExitStack() as held:  # also when nothing is left to do: planning reads what other runs write
         if part is None:
-            held.callback(os.close, _lock_archive(archive))
+            # One ``draligned run`` at a time (released when the fd closes or the process dies).
+            held.callback(os.close, hold_lock(
+                archive.root / LOCK_NAME, fcntl.LOCK_EX,
+                f"{archive.root}: another 'draligned run' is writing to this archive; let it finish "
+                f"(running the same study twice at once would run its slots twice)"))
         else:
             held.enter_context(part.locked(archive))
         result = await _run_locked(study, archive, search, slots, models, verify, progress, execute, part is None)
@@ -417,20 +421,3 @@ async def _run_locked(study: Study, archive: Archive, search: StudySearch, slots
     finally:
         dispatch.close()
     return result
-
-
-def _lock_archive(archive: Archive) -> int:
-    """An exclusive lock on the archive for one ``draligned run`` at a time (released when the fd
-    closes or the process dies): two runs at once would both run, and archive, the same slots."""
-    try:
-        archive.root.mkdir(parents=True, exist_ok=True)
-        fd = os.open(archive.root / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as exc:  # a file in the way, no permission, read-only disk
-        raise StudyError(f"{archive.root}: cannot use it as the archive directory: {exc.strerror}") from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise StudyError(f"{archive.root}: another 'draligned run' is writing to this archive; let it finish "
-                         f"(running the same study twice at once would run its slots twice)") from None
-    return fd

@@ -100,7 +100,7 @@ def parse_shard(text: str) -> Shard:
     return Shard(k, n)
 
 
-def _flock(path: Path, mode: int, refusal: str, error: type[Exception] = StudyError) -> int:
+def hold_lock(path: Path, mode: int, refusal: str, error: type[Exception] = StudyError) -> int:
     """An open fd on ``path`` holding ``mode`` (non-blocking); ``error(refusal)`` when it is taken."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -121,7 +121,7 @@ def lock_part(archive: Archive, group: str, lock_name: str, what: str) -> Iterat
     block runs."""
     root = archive.root
     with ExitStack() as held:
-        held.callback(os.close, _flock(root / LOCK_NAME, fcntl.LOCK_SH,
+        held.callback(os.close, hold_lock(root / LOCK_NAME, fcntl.LOCK_SH,
                                        f"{root}: a whole-study 'draligned run' or a merge holds this archive; "
                                        f"let it finish before starting {what}"))
         plan = os.open(root / _PLAN_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
@@ -129,13 +129,13 @@ def lock_part(archive: Archive, group: str, lock_name: str, what: str) -> Iterat
             fcntl.flock(plan, fcntl.LOCK_EX)  # held only while checking the other splits: a short wait
             for other in sorted(root.glob(_GROUP_LOCK.format("*"))):
                 if other.name != _GROUP_LOCK.format(group):
-                    os.close(_flock(other, fcntl.LOCK_EX, f"{root}: parts of another split "
+                    os.close(hold_lock(other, fcntl.LOCK_EX, f"{root}: parts of another split "
                                     f"({other.name[len('.run.group-'):-len('.lock')]}) are writing to this "
                                     f"archive; {what} would run some of their slots again"))
-            held.callback(os.close, _flock(root / _GROUP_LOCK.format(group), fcntl.LOCK_SH, ""))
+            held.callback(os.close, hold_lock(root / _GROUP_LOCK.format(group), fcntl.LOCK_SH, ""))
         finally:
             os.close(plan)
-        held.callback(os.close, _flock(root / lock_name, fcntl.LOCK_EX,
+        held.callback(os.close, hold_lock(root / lock_name, fcntl.LOCK_EX,
                                        f"{root}: {what} is already running on this archive"))
         yield
 
@@ -144,7 +144,7 @@ def lock_part(archive: Archive, group: str, lock_name: str, what: str) -> Iterat
 def lock_whole(archive: Archive, what: str) -> Iterator[None]:
     """Hold ``ARCHIVE/.run.lock`` exclusively (no run and no part writes) while the block runs: ``what``
     (a merge, a Ray driver) is refused with ArchiveError while any run writes."""
-    fd = _flock(archive.root / LOCK_NAME, fcntl.LOCK_EX,
+    fd = hold_lock(archive.root / LOCK_NAME, fcntl.LOCK_EX,
                 f"{archive.root}: a 'draligned run' is writing to this archive; let it finish before {what}",
                 ArchiveError)
     try:
