@@ -33,7 +33,6 @@ from typing_extensions import TypedDict
 
 from draligned.archive import Archive
 from draligned.archive.store import remove_stale_temp_files
-from draligned.archive.tables import run_files
 from draligned.archive.writer import RunWriter, new_record
 from draligned.executors import RunSetup, executor_for
 from draligned.guards import check_intact
@@ -139,7 +138,7 @@ _HEAD = TypeAdapter(_Head)
 def archived_heads(archive: Archive, started: bool = False) -> Iterator[_Head]:
     """The planning fields of each final run record (or started marker), one file at a time: a study of
     20,000 runs is planned without holding 20,000 parsed records."""
-    for name in run_files(archive)[1 if started else 0]:
+    for name in archive.run_names()[1 if started else 0]:
         path = archive.runs_dir / name
         try:
             yield _HEAD.validate_json(path.read_bytes())

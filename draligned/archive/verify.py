@@ -19,7 +19,7 @@ import duckdb
 from pydantic import ValidationError
 
 from draligned.archive.store import Archive, stale_temp_files
-from draligned.archive.tables import ArchiveTables, run_files
+from draligned.archive.tables import ArchiveTables
 from draligned.hashing import sha256_bytes, sha256_json
 from draligned.records import RunRecord
 
@@ -119,7 +119,7 @@ def record_problems(archive: Archive, blobs: set[str] | None = None, parallel: b
     Another process may be writing the archive (shards sharing it): a record is linked only after the blobs
     it names, so the run files are listed before the blobs, and a blob missing from a listing made earlier
     is looked up again before it is called missing."""
-    sealed, started = run_files(archive)
+    sealed, started = archive.run_names()
     blobs = set(blob_files(archive)) if blobs is None else blobs
     paths = [os.path.join(archive.runs_dir, name) for name in started + sealed]
     problems: list[str] = []
@@ -162,7 +162,7 @@ def missing_records(archive: Archive) -> list[str]:
     """Run record files that must exist but do not. Every run writes its started marker before
     anything else, so a sealed record without one lost a file; and a run the index lists as ended
     whose sealed record is gone would otherwise pass for an interrupted run (and be rerun)."""
-    sealed_names, started_names = run_files(archive)
+    sealed_names, started_names = archive.run_names()
     started = {n.removesuffix(".started.json") for n in started_names}
     sealed = {n.removesuffix(".json") for n in sealed_names}
     problems = [f"{archive.runs_dir / (r + '.started.json')}: missing started marker of sealed run {r}"
