@@ -1,6 +1,7 @@
 """CESS on a million trajectories and the cluster bootstrap (issue 14).
 
-Run: ``python benchmarks/cess_scale.py`` from the checkout (``--trajectories N`` for fewer). It
+Run: ``python benchmarks/cess_scale.py`` from the checkout (``--trajectories N`` for fewer;
+``--in-memory`` for the estimators and the bootstrap alone, without writing any file). It
 generates N trajectories (default 10^6; N = 20 documents, K = 10 rounds; fixed seed; full-precision
 softmax probabilities, stop probability 0.02 after round 1 so some runs stop early, 1% of trajectories with
 a zero-probability document: support intervals), writes them as JSON Lines and as Parquet (`cess
@@ -45,12 +46,13 @@ from draligned.cess.trajectory import load_trajectories
 N_DOCS, BUDGET, STOP, SEED, CHUNK = 20, 10, 0.02, 14, 20_000
 
 
-def generate(n: int, jsonl: Path) -> TrajectoryColumns:
-    """Write ``n`` trajectories to ``jsonl`` in chunks and return their columns (built without the files)."""
+def generate(n: int, jsonl: Path | None) -> TrajectoryColumns:
+    """Write ``n`` trajectories to ``jsonl`` (unless None) in chunks and return their columns (built
+    without the file)."""
     rng = np.random.default_rng(SEED)
     ids = [f"d{j:02d}" for j in range(N_DOCS)]
     builder = ColumnBuilder()
-    with jsonl.open("wb") as fh:
+    with open(os.devnull if jsonl is None else jsonl, "wb") as fh:
         for start in range(0, n, CHUNK):
             b = min(CHUNK, n - start)
             logits = rng.normal(0.0, 1.0, (b, BUDGET, N_DOCS))
@@ -64,7 +66,7 @@ def generate(n: int, jsonl: Path) -> TrajectoryColumns:
             y, m = rng.uniform(-1, 1, (b, N_DOCS)), rng.uniform(-0.5, 0.5, (b, N_DOCS))
             stop = np.where(np.arange(BUDGET) == 0, 0.0, STOP)
             lines = []
-            for i in range(b):
+            for i in range(b if jsonl else 0):
                 t = int(stops[i])
                 lines.append(orjson.dumps({
                     "trajectory_id": f"t{start + i:07d}", "task_id": f"q{(start + i) % 200:03d}",
@@ -141,11 +143,33 @@ def _baseline(jsonl: Path, n: int, total: int, tmp: Path) -> dict[str, float]:
             "extrapolated_cpu_seconds": round(seconds * total / len(lines), 1)}
 
 
+def _estimators(cols: TrajectoryColumns) -> dict[str, float]:
+    """Wall and CPU seconds of the estimators on the in-memory columns (target ≤ 1 s)."""
+    start, cpu = time.perf_counter(), time.process_time()
+    estimate_columns(cols, 0.5)
+    return {"seconds": round(time.perf_counter() - start, 3), "cpu_seconds": round(time.process_time() - cpu, 3),
+            "target_seconds": 1.0}
+
+
+def _machine() -> dict[str, object]:
+    return {"cpus": os.cpu_count(), "load_average": os.getloadavg(), "python": platform.python_version(),
+            "processor": platform.processor() or platform.machine()}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--trajectories", type=int, default=1_000_000, help="how many (10^6)")
     ap.add_argument("--baseline", type=int, default=5_000, help="trajectories timed on the old path (5000)")
+    ap.add_argument("--in-memory", action="store_true",
+                    help="only the estimators on the in-memory columns and the bootstrap: no files (under a minute)")
     args = ap.parse_args()
+    if args.in_memory:
+        cols = generate(args.trajectories, None)
+        print(json.dumps({"trajectories": args.trajectories, "docs": N_DOCS, "budget": BUDGET,
+                          "estimators_in_memory": _estimators(cols),
+                          "cluster_bootstrap_10000x200": {"seconds": round(_bootstrap(), 3), "target_seconds": 2.0},
+                          "machine": _machine()}, indent=2))
+        return
     with tempfile.TemporaryDirectory(prefix="cess-scale-") as tmp_name:
         tmp = Path(tmp_name)
         jsonl, parquet = tmp / "t.jsonl", tmp / "t.parquet"
@@ -153,22 +177,18 @@ def main() -> None:
         cols = generate(args.trajectories, jsonl)
         write_parquet(jsonl, parquet)
         setup = time.perf_counter() - start
-        start, cpu = time.perf_counter(), time.process_time()
-        estimate_columns(cols, 0.5)
-        in_memory, in_memory_cpu = time.perf_counter() - start, time.process_time() - cpu
+        in_memory = _estimators(cols)
         del cols
         report = {
             "trajectories": args.trajectories, "docs": N_DOCS, "budget": BUDGET,
             "jsonl_mb": round(jsonl.stat().st_size / 2**20), "parquet_mb": round(parquet.stat().st_size / 2**20),
             "setup_seconds": round(setup, 1),
-            "estimators_in_memory": {"seconds": round(in_memory, 3), "cpu_seconds": round(in_memory_cpu, 3),
-                                     "target_seconds": 1.0},
+            "estimators_in_memory": in_memory,
             "cess_estimate_jsonl": {**_timed_cli(jsonl), "target_seconds": 10.0, "target_rss_mb": 2048},
             "cess_estimate_parquet": {**_timed_cli(parquet), "target_seconds": 2.0},
             "cluster_bootstrap_10000x200": {"seconds": round(_bootstrap(), 3), "target_seconds": 2.0},
             "before_per_trajectory_path": _baseline(jsonl, args.baseline, args.trajectories, tmp),
-            "machine": {"cpus": os.cpu_count(), "load_average": os.getloadavg(), "python": platform.python_version(),
-                        "processor": platform.processor() or platform.machine()},
+            "machine": _machine(),
         }
     print(json.dumps(report, indent=2))
 

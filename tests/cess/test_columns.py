@@ -13,9 +13,9 @@ import numpy as np
 import orjson
 import pytest
 
-from draligned.cess import fastload
+from draligned.cess import column_estimators, fastload
 from draligned.cess.batch import TrajectoryBatch
-from draligned.cess.column_estimators import estimate_columns, estimate_rows
+from draligned.cess.column_estimators import estimate_columns, estimate_rows, reach
 from draligned.cess.columns import TrajectoryColumns
 from draligned.cess.estimators import TrajectoryEstimate, estimate, trajectory_estimates
 from draligned.cess.fastload import load_columns
@@ -86,6 +86,39 @@ def test_flat_estimators_equal_the_padded_ones_on_varied_trajectories(varied: Pa
     assert np.isnan(padded.theta_star).any() and (padded.weights.ess < len(trajectories[0].rounds) + 5).all()
     assert any(len(t.rounds) < t.budget for t in trajectories)
     assert any(len({r.chosen for r in t.rounds}) < len(t.rounds) for t in trajectories)
+
+
+def _arrays(est: Any) -> dict[str, np.ndarray]:
+    """Every array of an :class:`Estimates`, by dotted field name."""
+    return {f"{part}.{name}" if part else name: value
+            for part, obj in (("", est), ("weights", est.weights), ("support", est.support))
+            for name, value in vars(obj).items() if isinstance(value, np.ndarray)}
+
+
+@pytest.mark.parametrize(("block", "sparse"), [(1, 2.0), (7, 0.0), (100, 1 / 16)])
+def test_blocks_and_both_flag_searches_give_the_one_pass_result_bit_for_bit(
+        varied: Path, monkeypatch: pytest.MonkeyPatch, block: int, sparse: float) -> None:
+    trajectories = [json.loads(line) for line in varied.read_text().splitlines()]
+    long = varied_trajectory(random.Random(5), 400) | {"budget": 60}  # padding would be mostly empty: by round
+    long["rounds"] = [dict(long["rounds"][0], stop_prob=0.01 * (t > 0)) for t in range(60)]
+    cols = load_columns(_write(varied.parent, [*trajectories, long]))
+    one_pass = _arrays(estimate_columns(cols, 0.4))  # 400 small trajectories: one block
+    monkeypatch.setattr(column_estimators, "BLOCK", block)  # blocks of one trajectory, or a few
+    monkeypatch.setattr(column_estimators, "SPARSE", sparse)  # a binary search for every flag, or a map
+    blocked = _arrays(estimate_columns(cols, 0.4))
+    assert len(column_estimators._blocks(cols)) > 10 and list(blocked) == list(one_pass)
+    for name, value in one_pass.items():
+        assert (blocked[name].dtype, blocked[name].tobytes()) == (value.dtype, value.tobytes()), name
+    assert one_pass["support.applies"].any() and np.isnan(one_pass["theta_star"]).any()
+
+
+def test_reach_multiplies_each_trajectory_in_round_order_like_cumprod() -> None:
+    rng = np.random.default_rng(3)
+    for lengths in ([3, 1, 4, 1, 5], [1, 2, 40, 1, 1, 1], []):  # padded; mostly empty padding: by round; none
+        starts = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
+        stop = rng.uniform(0.0, 0.9, starts[-1])
+        expected = [np.cumprod(1.0 - stop[lo:hi]) for lo, hi in zip(starts[:-1], starts[1:], strict=True)]
+        assert reach(stop, starts).tobytes() == np.concatenate([np.zeros(0), *expected]).tobytes()
 
 
 def test_report_rows_serialise_like_the_pydantic_reports(varied: Path) -> None:
