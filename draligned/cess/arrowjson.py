@@ -36,6 +36,9 @@ ARROW_SCHEMA = pa.schema([
 ])
 """The trajectory record's fields in Arrow types (those of the Parquet file, :data:`parquet.COLUMNS`)."""
 _PARSE = pj.ParseOptions(explicit_schema=ARROW_SCHEMA, unexpected_field_behavior="error")
+_POOL = pa.system_memory_pool()
+"""malloc, which returns a freed table's memory at once (pyarrow's default, mimalloc, kept ~70 MB more per
+2 × 10^5 trajectories resident while the file was read)."""
 
 
 def plain_lines(raw: bytes) -> int | None:
@@ -61,7 +64,7 @@ def decode_block(raw: bytes) -> tuple[dict[str, np.ndarray], list[str], list[str
         return None
     try:
         table = pj.read_json(io.BytesIO(raw), read_options=pj.ReadOptions(use_threads=False, block_size=len(raw)),
-                             parse_options=_PARSE)
+                             parse_options=_PARSE, memory_pool=_POOL)
     except (pa.ArrowException, ValueError):  # ArrowInvalid, or a UnicodeDecodeError of its message
         return None
     if table.num_rows != lines or table.schema != ARROW_SCHEMA:

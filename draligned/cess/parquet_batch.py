@@ -1,4 +1,4 @@
-"""Check one Arrow record batch of Parquet trajectories with numpy, and gather its columns.
+"""Check one Arrow record batch of trajectories (from Parquet, or from JSON Lines) with numpy, and gather its columns.
 
 The nested columns arrive as flat child arrays plus offsets (numpy views, no Python objects per
 number): every rule of :func:`draligned.cess.trajectory.check_record` that the estimators rely on is
@@ -170,4 +170,13 @@ def check_batch(batch: pa.RecordBatch) -> Checked:
               "n_rounds": n_rounds, "chosen": chosen, "y": score, "p": p, "stop": sv, "full_support": full}
     # Copies of what views Arrow's buffers, so the decoded batch (whose buffers may be over-allocated) is freed
     own = {name: value if value.base is None else value.copy() for name, value in arrays.items()}
-    return bad, own, ids.to_pylist(), tasks.to_pylist()
+    return bad, own, ids.to_pylist(), _shared_strings(tasks)
+
+
+def _shared_strings(arr: pa.Array) -> list[str]:
+    """``arr.to_pylist()`` with one str object per distinct value (a few hundred tasks for 10^6 rows: ~50 MB less)."""
+    if arr.null_count:
+        return arr.to_pylist()
+    encoded = pc.dictionary_encode(arr)
+    names = encoded.dictionary.to_pylist()
+    return [names[i] for i in encoded.indices.to_numpy().tolist()]
