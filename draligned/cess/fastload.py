@@ -1,6 +1,10 @@
 """Load a JSON Lines trajectory file into :class:`TrajectoryColumns`, validating every line fast.
 
-Each line is parsed by orjson and checked by hand-written shape checks (keys, types, lengths, doc ids)
+Ranges of the file are first given to pyarrow's JSON reader (:mod:`draligned.cess.arrowjson`,
+parsing and checks over whole columns, in threads), which decides a range only when every line in
+it is valid. Every other range takes the exact path below, line by line, in file order.
+
+In the exact path each line is parsed by orjson and checked by hand-written shape checks (keys, types, lengths, doc ids)
 and, per chunk of lines, by vectorised numpy checks of every number (ranges, probability sums, the
 chosen document's probability, c_1 = 0, Y known and consistent). A line that fails any of them, or
 that orjson cannot parse, goes to the full validator :func:`draligned.cess.trajectory.parse_trajectory`
@@ -17,9 +21,10 @@ from __future__ import annotations
 
 import io
 import os
-from concurrent.futures import ProcessPoolExecutor
+from collections import deque
+from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from itertools import chain, repeat
-from multiprocessing import get_context
 from operator import itemgetter
 from pathlib import Path
 from typing import Any
@@ -27,10 +32,13 @@ from typing import Any
 import numpy as np
 import orjson
 
+from draligned.cess.arrowjson import decode_block
 from draligned.cess.columns import NEVER, ColumnBuilder, TrajectoryColumns
 from draligned.cess.trajectory import PROB_SUM_TOLERANCE, TrajectoryError, parse_trajectory
 
-CHUNK_BYTES = 32 << 20
+Decoded = tuple[dict[str, np.ndarray], list[str], list[str]]
+"""A range's column arrays, trajectory ids and task ids (:func:`draligned.cess.arrowjson.decode_block`)."""
+CHUNK_BYTES = 16 << 20
 """Lines are read, parsed and checked in chunks of about this many bytes (bounded memory)."""
 _SUM_MARGIN = 1e-9
 """Sums this close to the tolerance go to the exact check (math.fsum) of the full validator."""
@@ -186,7 +194,7 @@ def _full_check(raw: bytes, number: int) -> Any | None:
     return parse_trajectory(text, number).model_dump()
 
 
-def _first_duplicate(ids: list[str], lines: list[int], seen: set[str]) -> TrajectoryError | None:
+def _first_duplicate(ids: list[str], lines: Iterable[int], seen: set[str]) -> TrajectoryError | None:
     for tid, line in zip(ids, lines, strict=True):
         if tid in seen:
             return TrajectoryError(line, "trajectory_id", f"duplicate id {tid!r}")
@@ -238,10 +246,9 @@ def _check_chunk(raws: list[bytes], first_line: int) -> tuple[_Chunk, dict[str, 
 
 
 def _add_chunk(chunk: _Chunk, arrays: dict[str, np.ndarray], error: TrajectoryError | None, seen: set[str],
-               builder: ColumnBuilder, first_line: int = 1) -> None:
-    """Add a checked chunk; raise its first problem in file order (an invalid line or a repeated id).
-    ``first_line`` numbers a worker's chunk, whose lines count from 1."""
-    duplicate = _first_duplicate(chunk.ids, [n + first_line - 1 for n in chunk.lines], seen)
+               builder: ColumnBuilder) -> None:
+    """Add a checked chunk; raise its first problem in file order (an invalid line or a repeated id)."""
+    duplicate = _first_duplicate(chunk.ids, chunk.lines, seen)
     if duplicate is not None and (error is None or duplicate.line < error.line):
         raise duplicate
     if error is not None:
@@ -250,20 +257,24 @@ def _add_chunk(chunk: _Chunk, arrays: dict[str, np.ndarray], error: TrajectoryEr
         builder.extend(chunk.ids, chunk.tasks, **arrays)
 
 
-def _read_range(path: Path, start: int, end: int) -> list[bytes]:
+def _read_and_decode(path: Path, start: int, end: int) -> tuple[bytes, Decoded | None]:
+    """The bytes of one range, and their columns when pyarrow's path can decide them (else None)."""
     with path.open("rb") as handle:
         handle.seek(start)
-        return io.BytesIO(handle.read(end - start)).readlines()  # lines end at \n only, as when iterating a file
+        raw = handle.read(end - start)
+    return raw, decode_block(raw if raw.endswith(b"\n") else raw + b"\n")
 
 
-def _worker(path: Path, start: int, end: int) -> tuple[int, _Chunk, dict[str, np.ndarray], bool]:
-    """Check the lines of one byte range (numbered from 1 within it): count, chunk (ids, tasks and lines
-    only: the arrays hold its numbers), arrays, invalid?"""
-    raws = _read_range(path, start, end)
-    chunk, arrays, error = _check_chunk(raws, 1)
-    slim = _Chunk()
-    slim.ids, slim.tasks, slim.lines = chunk.ids, chunk.tasks, chunk.lines
-    return len(raws), slim, arrays, error is not None
+def _decoded(pool: ThreadPoolExecutor, path: Path, ranges: list[tuple[int, int]],
+             ahead: int) -> Iterator[tuple[bytes, Decoded | None]]:
+    """:func:`_read_and_decode` of every range in file order, at most ``ahead`` ranges in flight (bounded memory)."""
+    pending: deque[Future[tuple[bytes, Decoded | None]]] = deque()
+    for start, end in ranges:
+        pending.append(pool.submit(_read_and_decode, path, start, end))
+        if len(pending) >= ahead:
+            yield pending.popleft().result()
+    while pending:
+        yield pending.popleft().result()
 
 
 def _ranges(path: Path) -> list[tuple[int, int]]:
@@ -281,28 +292,27 @@ def load_columns(path: str | Path, workers: int | None = None) -> TrajectoryColu
     """Read and validate a JSON Lines trajectory file as columns (the rules and errors of
     :func:`draligned.cess.trajectory.load_trajectories`, including refusing a file with no trajectory).
 
-    Chunks are checked in ``workers`` processes (default: one per core) when the file has several;
-    results are added in file order, and a chunk with an invalid line is checked again here, numbered
-    from its first line, so the error is the one a single pass raises.
+    Ranges of about CHUNK_BYTES are decoded in ``workers`` threads (default: one per core) by
+    pyarrow's path (:mod:`draligned.cess.arrowjson`); a range it cannot decide (escapes, blank lines,
+    a line that breaks or nears a rule) is checked here line by line, in file order, so the error is
+    the one a single pass of :func:`~draligned.cess.trajectory.load_trajectories` raises.
     """
     path = Path(path)
     builder, seen, line = ColumnBuilder(), set[str](), 1
-    ranges = _ranges(path)
-    workers = min(workers or os.cpu_count() or 1, len(ranges))
-    if workers > 1:
-        with ProcessPoolExecutor(workers, mp_context=get_context("fork")) as pool:
-            for (start, end), (count, chunk, arrays, invalid) in zip(
-                    ranges, pool.map(_worker, repeat(path), *zip(*ranges, strict=True)), strict=True):
-                if invalid:  # numbered from its real first line, the recheck raises what one pass raises
-                    _add_chunk(*_check_chunk(_read_range(path, start, end), line), seen, builder)
-                else:
-                    _add_chunk(chunk, arrays, None, seen, builder, line)
-                line += count
-    else:
-        for start, end in ranges:
-            raws = _read_range(path, start, end)
-            _add_chunk(*_check_chunk(raws, line), seen, builder)
-            line += len(raws)
+    workers = workers or os.cpu_count() or 1
+    with ThreadPoolExecutor(workers) as pool:
+        for raw, decoded in _decoded(pool, path, _ranges(path), workers + 1):
+            if decoded is None:
+                raws = io.BytesIO(raw).readlines()  # lines end at \n only, as when iterating a file
+                _add_chunk(*_check_chunk(raws, line), seen, builder)
+                line += len(raws)
+                continue
+            arrays, ids, tasks = decoded  # one line per row: no blank line in the range
+            duplicate = _first_duplicate(ids, range(line, line + len(ids)), seen)
+            if duplicate is not None:
+                raise duplicate
+            builder.extend(ids, tasks, **arrays)
+            line += len(ids)
     if not builder.ids:
         raise TrajectoryError(0, "<file>", "no trajectories (the file is empty or has only blank lines)")
     return builder.build()

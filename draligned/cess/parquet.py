@@ -14,6 +14,8 @@ infinities, which JSON cannot: they are refused too.
 from __future__ import annotations
 
 import math
+import os
+from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -21,11 +23,10 @@ from typing import Any
 
 import duckdb
 import numpy as np
-import pyarrow as pa
 import pyarrow.parquet as pq
 
 from draligned.cess.columns import ColumnBuilder, TrajectoryColumns
-from draligned.cess.parquet_batch import check_batch
+from draligned.cess.parquet_batch import Checked, check_batch
 from draligned.cess.trajectory import TrajectoryError, check_record
 
 COLUMNS = {
@@ -116,24 +117,31 @@ def _first_error(con: duckdb.DuckDBPyConnection, suspects: np.ndarray, ids: list
         raise duplicate
 
 
-def _row_groups(file: pq.ParquetFile) -> Iterator[pa.Table]:
-    """The file's row groups in order, the next one decoded (in a thread) while the caller checks this
-    one: at most two in memory. (``iter_batches`` decodes nested columns several times slower.)"""
-    with ThreadPoolExecutor(1) as reader:
-        pending: Future[pa.Table] | None = None
-        for group in range(file.metadata.num_row_groups):
-            ahead = reader.submit(file.read_row_group, group, columns=list(COLUMNS), use_threads=False)
-            if pending is not None:
-                yield pending.result()
-            pending = ahead
-        if pending is not None:
-            yield pending.result()
+def _checked_group(path: Path, group: int) -> list[Checked]:
+    """One row group decoded by pyarrow and checked batch by batch (:func:`check_batch`)."""
+    table = pq.ParquetFile(path).read_row_group(group, columns=list(COLUMNS), use_threads=False)
+    return [check_batch(batch) for batch in table.to_batches()]
 
 
-def load_parquet(path: str | Path) -> TrajectoryColumns:
+def _checked_groups(path: Path, workers: int) -> Iterator[Checked]:
+    """Every batch of the file checked, in file order; row groups are decoded and checked in ``workers``
+    threads (pyarrow and numpy release the GIL), at most 2 × ``workers`` groups in memory."""
+    groups = pq.ParquetFile(path).metadata.num_row_groups
+    with ThreadPoolExecutor(workers) as pool:
+        pending: deque[Future[list[Checked]]] = deque()
+        for group in range(groups):
+            pending.append(pool.submit(_checked_group, path, group))
+            if len(pending) >= 2 * workers:
+                yield from pending.popleft().result()
+        while pending:
+            yield from pending.popleft().result()
+
+
+def load_parquet(path: str | Path, workers: int | None = None) -> TrajectoryColumns:
     """Read and validate a Parquet trajectory file (see the module docstring) as columns.
 
-    pyarrow decodes it batch by batch into flat arrays that numpy checks (:mod:`draligned.cess.parquet_batch`);
+    pyarrow decodes it row group by row group, in ``workers`` threads (default: one per core), into flat
+    arrays that numpy checks (:mod:`draligned.cess.parquet_batch`);
     DuckDB checks the schema and reads back a suspect row for the full validator.
     """
     con = duckdb.connect()
@@ -142,12 +150,10 @@ def load_parquet(path: str | Path) -> TrajectoryColumns:
     if (problem := _schema_problem(con)) is not None:
         raise problem
     builder, suspects, first_row = ColumnBuilder(), [], 1
-    for table in _row_groups(pq.ParquetFile(path)):
-        for batch in table.to_batches():
-            bad, arrays, ids, tasks = check_batch(batch)
-            suspects.append(np.nonzero(bad)[0] + first_row)
-            builder.extend(ids, tasks, **arrays)
-            first_row += batch.num_rows
+    for bad, arrays, ids, tasks in _checked_groups(Path(path), workers or os.cpu_count() or 1):
+        suspects.append(np.nonzero(bad)[0] + first_row)
+        builder.extend(ids, tasks, **arrays)
+        first_row += len(bad)
     if not builder.ids:
         raise TrajectoryError(0, "<file>", "no trajectories (the file has no rows)", where="rows")
     _first_error(con, np.concatenate(suspects), builder.ids, np.arange(1, first_row))

@@ -161,7 +161,19 @@ ODD_LINES = [
 ]
 
 
-@pytest.mark.parametrize("odd", ODD_LINES)
+PLAIN_VALID = json.dumps(VALID | {"trajectory_id": "x"})
+UNPLAIN_LINES = [  # valid or not, pyarrow's path must not decide these: the exact path does
+    PLAIN_VALID + " ", " " + PLAIN_VALID, PLAIN_VALID + "\r", "\ufeff" + PLAIN_VALID, PLAIN_VALID + PLAIN_VALID,
+    PLAIN_VALID.replace('"x"', '"\\u0078"'), PLAIN_VALID.replace("0.25", "NaN", 1),
+    PLAIN_VALID.replace("0.1", "Infinity", 1), PLAIN_VALID.replace('"budget": 2', '"budget": 2.0'),
+    PLAIN_VALID.replace('"budget": 2', '"budget": "2"'), PLAIN_VALID.replace('"ranking": "pro"', '"ranking": 1'),
+    PLAIN_VALID.replace('"d0", "d1"', '"d0", 1'), PLAIN_VALID.replace('"y": [1.0', '"y": [true'),
+    PLAIN_VALID.replace('"pool": {', '"pool": {"extra": null, '), PLAIN_VALID.replace("}", ', "note": null}', 1),
+    PLAIN_VALID.replace('"stop_prob": 0.0', '"stop_prob": 0.0, "stop_prob": 0.0'), "{}", "",
+]
+
+
+@pytest.mark.parametrize("odd", ODD_LINES + UNPLAIN_LINES)
 def test_odd_lines_get_the_full_validators_verdict(tmp_path: Path, odd: str) -> None:
     path = _write(tmp_path, [VALID, odd, VALID | {"trajectory_id": "last"}])
     try:
@@ -230,3 +242,51 @@ def test_chunks_checked_in_worker_processes_give_the_single_pass_result(
         with pytest.raises(TrajectoryError) as fast:
             load_columns(path, workers=2)
         assert str(fast.value) == str(slow.value) and fast.value.line in (42, 51)
+
+
+def _exact_path_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fastload, "decode_block", lambda raw: None)
+
+
+def _fast_path_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args: Any) -> None:
+        raise AssertionError("the exact path was asked to check a range")
+    monkeypatch.setattr(fastload, "_check_chunk", refuse)
+
+
+COLUMN_FIELDS = ("budget", "doc_start", "doc_m", "doc_y", "first_support", "round_start", "chosen", "y", "p", "stop",
+                 "full_support")
+
+
+def test_pyarrow_decides_valid_ranges_alone_and_gives_the_exact_paths_columns(
+        varied: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fastload, "CHUNK_BYTES", 20_000)  # many ranges, decoded in two threads
+    with monkeypatch.context() as patch:
+        _fast_path_only(patch)
+        fast = load_columns(varied, workers=2)
+    with monkeypatch.context() as patch:
+        _exact_path_only(patch)
+        exact = load_columns(varied)
+    objects = TrajectoryColumns.from_trajectories(load_trajectories(varied))
+    for cols in (exact, objects):
+        assert fast.trajectory_id == cols.trajectory_id and fast.task_id == cols.task_id
+        for name in COLUMN_FIELDS:
+            np.testing.assert_array_equal(getattr(fast, name), getattr(cols, name), err_msg=name)
+            assert getattr(fast, name).dtype == getattr(cols, name).dtype, name
+    assert len(fastload._ranges(varied)) > 5 and not fast.full_support.all() and np.isnan(fast.doc_y).any()
+
+
+@pytest.mark.parametrize(("name", "mutate", "field", "message"), CASES, ids=[c[0] for c in CASES])
+def test_pyarrow_leaves_every_kind_of_bad_line_to_the_exact_path(
+    name: str, mutate: Callable[[dict], None], field: str, message: str
+) -> None:
+    bad = copy.deepcopy(VALID) | {"trajectory_id": "bad"}
+    mutate(bad)
+    assert fastload.decode_block(orjson.dumps(VALID) + b"\n") is not None  # the good line alone is decided
+    assert fastload.decode_block(orjson.dumps(VALID) + b"\n" + orjson.dumps(bad) + b"\n") is None
+
+
+@pytest.mark.parametrize("line", UNPLAIN_LINES)
+def test_pyarrow_does_not_decide_lines_that_are_not_plain(line: str) -> None:
+    assert fastload.decode_block(f"{json.dumps(VALID)}\n".encode()) is not None
+    assert fastload.decode_block(f"{json.dumps(VALID)}\n{line}\n".encode()) is None

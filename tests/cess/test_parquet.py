@@ -131,3 +131,26 @@ def test_nan_null_and_infinite_numbers_inside_rounds_are_refused_in_a_row_after_
                 f"TO '{tmp_path / 'x.parquet'}' (FORMAT parquet)")
     with pytest.raises(TrajectoryError, match=r"^row 41 \(trajectory_id 'tv'\): " + error):
         load_parquet(tmp_path / "x.parquet")
+
+
+def test_row_groups_checked_in_threads_give_the_one_thread_result_and_error(tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    rng = random.Random(9)
+    records = [varied_trajectory(rng, i) for i in range(120)]
+    bad = copy.deepcopy(records[97]) | {"trajectory_id": "bad"}
+    bad["rounds"][0]["chosen"] = "zz"
+    _, good = _files(tmp_path, records)
+    many = tmp_path / "many.parquet"
+    pq.write_table(pq.read_table(good), many, row_group_size=7)  # 18 row groups
+    assert pq.ParquetFile(many).metadata.num_row_groups == 18
+    one, two = load_parquet(many, workers=1), load_parquet(many, workers=2)
+    assert two.trajectory_id == one.trajectory_id == [r["trajectory_id"] for r in records]
+    for name in ("budget", "doc_start", "doc_m", "doc_y", "first_support", "round_start", "chosen", "y", "p", "stop",
+                 "full_support"):
+        np.testing.assert_array_equal(getattr(two, name), getattr(one, name), err_msg=name)
+    (tmp_path / "bad").mkdir()
+    _, broken = _files(tmp_path / "bad", [*records[:97], bad, *records[98:]])
+    pq.write_table(pq.read_table(broken), many, row_group_size=7)
+    with pytest.raises(TrajectoryError, match=r"^row 98 \(trajectory_id 'bad'\): rounds\[0\]\.chosen: unknown"):
+        load_parquet(many, workers=2)
