@@ -7,13 +7,14 @@ without it the inspect rows are skipped and say so).
 The workload is issue 14's: runs of 5 model calls and 4 tool calls each (search, read, write_report,
 search, then a text-only final), an in-process zero-latency scripted model, full archiving (H00).
 Every repetition runs, in turn: draligned with the scripted model; draligned ``openai-chat`` through
-the official ``openai`` SDK against a loopback chat-completions server in a separate process (its
-CPU is not counted); inspect_ai with its default logging; inspect_ai with minimised logging. It
-prints one JSON object: per system the harness ms per model call (from the first model request to the
-last model reply, as the model saw them, over calls - 1: the study's fixed setup and final reindex,
-or inspect's log finish, are not per-call costs) and end to end (the whole ``run_study`` or ``eval``
-over calls), the best and median over repetitions, the targets next to them and the ratios
-inspect / draligned.
+the official ``openai`` SDK on its default transport here (``retry.http_client = "aiohttp"``) against a
+loopback chat-completions server in a separate process (its CPU is not counted); with
+``--only openai-chat-httpx``, the same on the SDK's httpx transport; inspect_ai with its default logging;
+inspect_ai with minimised logging. It prints one JSON object: per system the harness ms per model
+call (from the first model request to the last model reply, as the model saw them, over calls - 1:
+the study's fixed setup and final reindex, or inspect's log finish, are not per-call costs) and end to
+end (the whole ``run_study`` or ``eval`` over calls), the best and median over repetitions, the
+targets next to them and the ratios inspect / draligned.
 
 Targets (2 cores): draligned scripted <= 1.0 ms per model call, draligned openai-chat <= 2.0 ms.
 """
