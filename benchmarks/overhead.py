@@ -7,13 +7,14 @@ without it the inspect rows are skipped and say so).
 The workload is issue 14's: runs of 5 model calls and 4 tool calls each (search, read, write_report,
 search, then a text-only final), an in-process zero-latency scripted model, full archiving (H00).
 Every repetition runs, in turn: draligned with the scripted model; draligned ``openai-chat`` through
-the official ``openai`` SDK against a loopback chat-completions server in a separate process (its
-CPU is not counted); inspect_ai with its default logging; inspect_ai with minimised logging. It
-prints one JSON object: per system the harness ms per model call (from the first model request to the
-last model reply, as the model saw them, over calls - 1: the study's fixed setup and final reindex,
-or inspect's log finish, are not per-call costs) and end to end (the whole ``run_study`` or ``eval``
-over calls), the best and median over repetitions, the targets next to them and the ratios
-inspect / draligned.
+the official ``openai`` SDK on its default transport here (``retry.http_client = "aiohttp"``) against a
+loopback chat-completions server in a separate process (its CPU is not counted); with
+``--only openai-chat-httpx``, the same on the SDK's httpx transport; inspect_ai with its default logging;
+inspect_ai with minimised logging. It prints one JSON object: per system the harness ms per model
+call (from the first model request to the last model reply, as the model saw them, over calls - 1:
+the study's fixed setup and final reindex, or inspect's log finish, are not per-call costs) and end to
+end (the whole ``run_study`` or ``eval`` over calls), the best and median over repetitions, the
+targets next to them and the ratios inspect / draligned.
 
 Targets (2 cores): draligned scripted <= 1.0 ms per model call, draligned openai-chat <= 2.0 ms.
 """
@@ -49,7 +50,7 @@ CORPUS = REPO / "corpora/demo/corpus.jsonl"
 URL = json.loads(CORPUS.read_text().splitlines()[0])["url"]
 CALLS_PER_RUN = 5
 CONCURRENCY = 16
-TARGETS_MS = {"draligned_scripted": 1.0, "draligned_openai_chat": 2.0}
+TARGETS_MS = {"draligned_scripted": 1.0, "draligned_openai_chat": 2.0, "draligned_openai_chat_httpx": 2.0}
 
 
 def script(turn: int) -> tuple[str | None, list[tuple[str, dict[str, str]]]]:
@@ -90,10 +91,12 @@ PROTOCOLS["bench-scripted"] = f"{__name__}:ScriptedAgent"
 OPTIONS["bench-scripted"] = NoOptions
 
 
-def write_study(tmp: Path, runs: int, protocol: str, base_url: str | None = None) -> Path:
-    """A study of ``runs`` H00 runs (one card, arms P and Q, runs/2 seeds) of the given protocol."""
+def write_study(tmp: Path, runs: int, protocol: str, base_url: str | None = None, http_client: str = "aiohttp") -> Path:
+    """A study of ``runs`` H00 runs (one card, arms P and Q, runs/2 seeds) of the given protocol (a remote one
+    at ``base_url`` through the SDK's ``http_client`` transport)."""
     archive = tmp / f"archive-{protocol}-{time.monotonic_ns()}"
-    model = f'base_url = "{base_url}"\napi_key_env = "BENCH_KEY"\n' if base_url else ""
+    model = (f'base_url = "{base_url}"\napi_key_env = "BENCH_KEY"\nretry = {{ http_client = "{http_client}" }}\n'
+             if base_url else "")
     path = tmp / f"{protocol}.toml"
     path.write_text(f"""name = "overhead"
 cards = ["{CARD}"]
@@ -224,8 +227,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=200)
     ap.add_argument("--reps", type=int, default=3, help="repetitions; the systems alternate within each")
-    ap.add_argument("--only", choices=["scripted", "openai-chat", "inspect"], action="append",
-                    help="run only these systems (repeatable)")
+    ap.add_argument("--only", choices=["scripted", "openai-chat", "openai-chat-httpx", "inspect"], action="append",
+                    help="run only these systems (repeatable; openai-chat-httpx, the SDK's httpx transport "
+                         "declared with retry.http_client, runs only when named)")
     ap.add_argument("--profile", help="write a cProfile of the draligned runs (with --only: that system) here")
     args = ap.parse_args()
     only = set(args.only or ["scripted", "openai-chat", "inspect"])
@@ -247,10 +251,12 @@ def main() -> None:
             if "scripted" in only:
                 figures.setdefault("draligned_scripted", []).append(
                     time_draligned(write_study(root, args.runs, "bench-scripted"), None, prof))
-            if "openai-chat" in only:
-                figures.setdefault("draligned_openai_chat", []).append(time_draligned(
-                    write_study(root, args.runs, "openai-chat", f"http://127.0.0.1:{port}/v1"),
-                    lambda: server_window(port), prof))
+            for system, name, client in (("openai-chat", "draligned_openai_chat", "aiohttp"),
+                                         ("openai-chat-httpx", "draligned_openai_chat_httpx", "httpx")):
+                if system in only:
+                    figures.setdefault(name, []).append(time_draligned(
+                        write_study(root, args.runs, "openai-chat", f"http://127.0.0.1:{port}/v1", client),
+                        lambda: server_window(port), prof))
             if "inspect" in only:
                 for minimised, name in ((False, "inspect_default_logging"), (True, "inspect_minimised_logging")):
                     figures.setdefault(name, []).append(time_inspect(args.runs, root / f"logs-{name}-{rep}", minimised))

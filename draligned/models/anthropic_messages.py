@@ -55,7 +55,8 @@ class AnthropicMessages(RemoteModel):
     sdk = anthropic
 
     def make_client(self, api_key: str) -> Any:
-        return anthropic.AsyncAnthropic(api_key=api_key, base_url=self.declaration.base_url, max_retries=0)
+        return anthropic.AsyncAnthropic(api_key=api_key, base_url=self.declaration.base_url, max_retries=0,
+                                        http_client=self.http_client())
 
     def build_body(self, messages: list[Message], tools: list[ToolSpec]) -> dict[str, Any]:
         fields = self.declaration.request_fields()

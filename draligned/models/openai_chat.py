@@ -50,10 +50,10 @@ class OpenAIChat(RemoteModel):
     sdk = openai
     raw_response_mode = "true"
     security = sdk_security(openai, {"bearer_auth": True})  # as its create method: never an admin key
-    raw_response_mode = "true"
 
     def make_client(self, api_key: str) -> Any:
-        return openai.AsyncOpenAI(api_key=api_key, base_url=self.declaration.base_url, max_retries=0)
+        return openai.AsyncOpenAI(api_key=api_key, base_url=self.declaration.base_url, max_retries=0,
+                                  http_client=self.http_client())
 
     def build_body(self, messages: list[Message], tools: list[ToolSpec]) -> dict[str, Any]:
         d = self.declaration

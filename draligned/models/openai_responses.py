@@ -54,7 +54,8 @@ class OpenAIResponses(RemoteModel):
     security = sdk_security(openai, {"bearer_auth": True})  # as its create method: never an admin key
 
     def make_client(self, api_key: str) -> Any:
-        return openai.AsyncOpenAI(api_key=api_key, base_url=self.declaration.base_url, max_retries=0)
+        return openai.AsyncOpenAI(api_key=api_key, base_url=self.declaration.base_url, max_retries=0,
+                                  http_client=self.http_client())
 
     @property
     def stored(self) -> bool:

@@ -21,11 +21,13 @@ import socket
 import ssl
 import time
 from abc import abstractmethod
+from asyncio import AbstractEventLoop
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 from draligned.models.base import RETRY_LISTENER, ModelAPI, ModelDeclaration, ModelError
 from draligned.models.gateway import clean_headers, gateway_info
+from draligned.models.http import aiohttp_transport, close_with_loop, running_loop, sdk_http_client
 from draligned.models.limits import ConnectionLimit
 from draligned.models.retry import Failure, GaveUp, call_with_retries, status_failure
 from draligned.records import Message, ModelAttempt, ModelReply, ToolSpec
@@ -51,6 +53,7 @@ class RemoteModel(ModelAPI):
     def __init__(self, declaration: ModelDeclaration) -> None:
         super().__init__(declaration)
         self._client: Any = None
+        self._client_loop: AbstractEventLoop | None = None
         self._key: str | None = None
         r = declaration.retry
         self.connections = (ConnectionLimit(r.auto_start, r.auto_min, r.auto_max) if r.max_connections == "auto"
@@ -64,7 +67,11 @@ class RemoteModel(ModelAPI):
 
     @abstractmethod
     def make_client(self, api_key: str) -> Any:
-        """An async SDK client with ``max_retries=0``."""
+        """An async SDK client with ``max_retries=0`` and ``http_client=self.http_client()``."""
+
+    def http_client(self) -> Any:
+        """The SDK's HTTP client for the declared ``retry.http_client`` (draligned.models.http)."""
+        return sdk_http_client(self.sdk, self.declaration.retry.http_client)
 
     @abstractmethod
     async def post(self, client: Any, body: dict[str, Any], timeout: float) -> Posted:
@@ -76,13 +83,19 @@ class RemoteModel(ModelAPI):
         types (APIStatusError, RateLimitError, APIConnectionError, ...) with the declared headers. It skips
         the SDK's per-call transform of the typed parameters, which walks the whole growing context on
         every call; the body is already the wire JSON. ``RAW_RESPONSE`` asks for the unparsed response,
-        as ``with_raw_response`` does."""
+        as ``with_raw_response`` does.
+
+        Per call the SDK also builds its request options, merging defaults, and resolves ``path`` against its
+        base URL. Both are given here ready-made, so it does neither: the URL as the SDK would resolve it (its
+        base URL's path ends in "/"), and ``max_retries`` and ``params`` as the client has them (0 and none), which
+        it would otherwise deep-copy from its defaults."""
         content = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
-        options: dict[str, Any] = {"timeout": timeout, "headers": {
+        options: dict[str, Any] = {"timeout": timeout, "max_retries": 0, "params": {}, "headers": {
             "Content-Type": "application/json", RAW_RESPONSE: self.raw_response_mode, **self.declaration.headers}}
         if self.security is not None:
             options["security"] = self.security
-        raw = await client.post(path, cast_to=object, content=content, options=options)
+        url = f"{str(client.base_url).rstrip('/')}/{path.lstrip('/')}"  # a host root prints without its "/"
+        raw = await client.post(url, cast_to=object, content=content, options=options)
         return raw.http_request.content, raw.http_response.text, raw.headers
 
     #: The value of ``RAW_RESPONSE`` the SDK's ``with_raw_response`` sends (openai "true", anthropic "raw").
@@ -120,6 +133,8 @@ class RemoteModel(ModelAPI):
 
     def check_ready(self) -> None:
         self.api_key()
+        if self.declaration.retry.http_client == "aiohttp":
+            aiohttp_transport(self.sdk)
 
     def redact(self, text: str) -> str:
         """``text`` with the key (if one is in use) replaced, so it can be recorded or shown."""
@@ -133,6 +148,10 @@ class RemoteModel(ModelAPI):
 
     def _classify(self, exc: BaseException) -> Failure | None:
         sdk = self.sdk
+        if isinstance(exc, sdk.APITimeoutError) and aiohttp_connection_error(exc):
+            # The SDKs' aiohttp transport maps every aiohttp connection error (refused, reset, server
+            # disconnected) to httpx's ConnectTimeout: nothing timed out, so name the SDK's base class.
+            return Failure(True, sdk.APIConnectionError.__name__, None, self.redact(f"connection error{cause(exc)}"))
         if isinstance(exc, sdk.APITimeoutError):
             return Failure(True, type(exc).__name__, None, "request timed out")
         if isinstance(exc, sdk.APIConnectionError):
@@ -156,11 +175,15 @@ class RemoteModel(ModelAPI):
             await self.connections.release(outcome)
 
     def client(self) -> Any:
-        """The SDK client, made on first use with the key from the environment (shared by the
-        synchronous calls and the batch transport)."""
-        if self._client is None:
+        """The SDK client, made on first use in each event loop with the key from the environment (shared
+        by the synchronous calls and the batch transport). Its connections belong to that loop, so a later
+        ``asyncio.run`` gets a client of its own, closed when that ``asyncio.run`` ends."""
+        loop = running_loop()
+        if self._client is None or self._client_loop is not loop:
             self._key = self.api_key()
-            self._client = self.make_client(self._key)
+            self._client, self._client_loop = self.make_client(self._key), loop
+            if loop is not None:
+                close_with_loop(loop, self._client)
         return self._client
 
     async def with_retries(self, attempt_once: Callable[[], Awaitable[T]],
@@ -248,12 +271,23 @@ CAUSES: tuple[tuple[type[BaseException], str], ...] = (
 )
 
 
+def chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and the errors under it (``__cause__``, else ``__context__``), outermost first."""
+    out, seen = [exc], {id(exc)}
+    while (nxt := out[-1].__cause__ or out[-1].__context__) is not None and id(nxt) not in seen:
+        seen.add(id(nxt))
+        out.append(nxt)
+    return out
+
+
+def aiohttp_connection_error(exc: BaseException) -> bool:
+    """Whether an aiohttp error other than a timeout (aiohttp's are ``TimeoutError``s) is under ``exc``."""
+    return any(type(e).__module__.startswith("aiohttp.") and not isinstance(e, TimeoutError) for e in chain(exc)[1:])
+
+
 def cause(exc: BaseException) -> str:
     """`` (cause: ...)`` naming the innermost error under an SDK error (e.g. connection refused), or ''."""
-    seen, inner = {id(exc)}, exc
-    while (nxt := inner.__cause__ or inner.__context__) is not None and id(nxt) not in seen:
-        seen.add(id(nxt))
-        inner = nxt
+    inner = chain(exc)[-1]
     if inner is exc:
         return ""
     name = next((words for kind, words in CAUSES if isinstance(inner, kind)), None)

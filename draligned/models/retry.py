@@ -45,6 +45,9 @@ class RetryPolicy(Record, strict=True):
     """Lowest limit of ``max_connections = "auto"``."""
     auto_max: int = Field(32, ge=1, le=1024)
     """Highest limit of ``max_connections = "auto"``."""
+    http_client: Literal["aiohttp", "httpx"] = "aiohttp"
+    """The SDK's HTTP transport: ``aiohttp`` (its ``DefaultAioHttpClient``, about half the CPU per call) or
+    ``httpx`` (the SDK's default client). Both send the same bytes and raise the same SDK errors."""
     stop_after_connection_failures: int = Field(3, ge=1, le=1_000_000)
     """After this many consecutive runs of the model failed because it could not be reached (connection
     refused, DNS, ...), no new run of it starts in this ``draligned run``; its slots stay unstarted."""

@@ -1,0 +1,78 @@
+"""The HTTP transport under the provider SDKs (``retry.http_client``), and closing it with its event loop.
+
+``aiohttp`` (the default) is the SDKs' own alternative transport: their ``DefaultAioHttpClient``, an
+httpx client whose requests aiohttp sends, which both SDKs document for performance. Through the SDK's
+request path it costs about half the CPU per call of their default httpx transport
+(benchmarks/README.md). Its aiohttp session reads response heads as large as httpx reads them:
+aiohttp's own default refuses more than 128 headers or a header over 8 KiB, where httpx (h11 under
+httpcore) bounds only the whole head, at 100 KiB. ``httpx`` is the SDKs' own default client.
+Both send the same bytes and raise the same SDK errors (remote.py names the causes of both).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+from typing import Any, Literal
+
+from draligned.models.base import ModelError
+
+#: httpcore's bound on a response head (h11's ``max_incomplete_event_size``): aiohttp's line, field and
+#: header-count limits are raised to what fits in it, so a gateway's long header list reads as with httpx.
+HEAD_BYTES = 100 * 1024
+MAX_HEADERS = HEAD_BYTES // 4  # the shortest header line, "a:\r\n", is 4 bytes
+
+#: The tasks that close SDK clients when their loop ends (the loop itself keeps only weak references).
+CLOSERS: set[asyncio.Task[None]] = set()
+
+
+def sdk_http_client(sdk: Any, kind: Literal["aiohttp", "httpx"]) -> Any:
+    """The ``http_client`` for an ``sdk`` client (``openai`` or ``anthropic``): its ``DefaultAioHttpClient``
+    on the SDK's own aiohttp transport with httpx's head limits, or None for the SDK's default httpx client."""
+    if kind == "httpx":
+        return None
+    import aiohttp
+    vendored = aiohttp_transport(sdk)
+    limits = sdk.DEFAULT_CONNECTION_LIMITS
+
+    def session() -> aiohttp.ClientSession:  # what the transport builds itself, with the head limits raised
+        connector = aiohttp.TCPConnector(limit=limits.max_connections, keepalive_timeout=limits.keepalive_expiry,
+                                         ssl=transport.ssl_context)
+        return aiohttp.ClientSession(connector=connector, max_line_size=HEAD_BYTES, max_field_size=HEAD_BYTES,
+                                     max_headers=MAX_HEADERS)
+    transport = vendored.AiohttpTransport(limits=limits, client=session)
+    return sdk.DefaultAioHttpClient(transport=transport)
+
+
+def aiohttp_transport(sdk: Any) -> Any:
+    """The module of ``sdk``'s own aiohttp transport (``openai[aiohttp]``, ``anthropic[aiohttp]``); a ModelError
+    saying what to install, or to declare, when this release of the SDK or aiohttp lacks it."""
+    try:
+        importlib.import_module("aiohttp")
+        return importlib.import_module(f"{sdk.__name__}._vendor.httpx_aiohttp")
+    except ImportError as exc:
+        raise ModelError(f"retry.http_client = \"aiohttp\" needs the {sdk.__name__} SDK's aiohttp transport "
+                         f"({exc}): pip install '{sdk.__name__}[aiohttp]' (a release that includes it), or "
+                         f"declare retry.http_client = \"httpx\"") from None
+
+
+def running_loop() -> asyncio.AbstractEventLoop | None:
+    """The running event loop, or None outside one."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+def close_with_loop(loop: asyncio.AbstractEventLoop, client: Any) -> None:
+    """Close the SDK ``client`` when ``asyncio.run`` of ``loop`` ends: it cancels the tasks still pending and
+    waits for them, so this one closes the client's connections inside the loop that opened them (an aiohttp
+    session left open is reported as unclosed when it is collected)."""
+    async def wait_then_close() -> None:
+        try:
+            await loop.create_future()
+        finally:
+            await client.close()
+    task = loop.create_task(wait_then_close())
+    CLOSERS.add(task)
+    task.add_done_callback(CLOSERS.discard)

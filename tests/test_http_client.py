@@ -1,0 +1,88 @@
+"""The SDKs' HTTP transport (``retry.http_client``): aiohttp by default, httpx when declared, through the real
+SDKs against loopback servers: the same request on the wire, the same named failures, and each client closed
+with the event loop that opened its connections."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from draligned.models import ModelDeclaration, ModelError, get_model
+from draligned.models.remote import RemoteModel
+from draligned.records import Message
+from tests.fake_providers import FakeProvider
+
+PROTOCOLS = ("openai-chat", "openai-responses", "anthropic")
+CLIENTS = ("aiohttp", "httpx")
+HI = [Message(role="user", content="Hi")]
+
+
+@pytest.fixture(autouse=True)
+def key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAKE_PROVIDER_KEY", "sk-http-client")
+
+
+def model(protocol: str, base_url: str, **retry: object) -> RemoteModel:
+    m = get_model(ModelDeclaration(name="m", protocol=protocol, model="id", base_url=base_url,
+                                   api_key_env="FAKE_PROVIDER_KEY", retry=retry))
+    assert isinstance(m, RemoteModel)
+    return m
+
+
+def test_aiohttp_is_the_default_and_the_transport_is_outside_the_declaration_hash():
+    default = ModelDeclaration(name="m", protocol="openai-chat", model="id")
+    declared = ModelDeclaration(name="m", protocol="openai-chat", model="id", retry={"http_client": "httpx"})
+    assert default.retry.http_client == "aiohttp" and declared.sha256 == default.sha256  # slot ids unchanged
+    with pytest.raises(ValueError, match="http_client"):
+        ModelDeclaration(name="m", protocol="openai-chat", model="id", retry={"http_client": "requests"})
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_both_transports_send_the_same_request(protocol):
+    seen = []
+    for client in CLIENTS:
+        with FakeProvider(protocol) as fp:
+            reply = asyncio.run(model(protocol, fp.base_url, http_client=client).generate(HI, [], 0))
+        (sent,) = fp.log
+        assert sent["body"] == reply.request_body and reply.model_echo == "fake-model-2026-01-01"
+        headers = {k.lower(): v for k, v in sent["headers"].items() if k.lower() != "host"}  # names: any case
+        seen.append((sent["path"], headers, sent["body"]))
+    assert seen[0] == seen[1] and seen[0][1]["content-type"] == "application/json"
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_refused_connection_is_a_named_connection_error_on_both_transports(protocol, client):
+    """openai's aiohttp transport raises every aiohttp connection error as a ConnectTimeout: it is still
+    recorded as the connection error it is, with its cause, not as a timeout."""
+    with FakeProvider(protocol) as gone:
+        closed = gone.base_url  # nothing listens here once the server is closed
+    m = model(protocol, closed, http_client=client, max_attempts=2)
+    with pytest.raises(ModelError, match=r"APIConnectionError: connection error.*\(cause: connection refused: "
+                                         r"\[Errno 111\].*gave up after 2") as err:
+        asyncio.run(m.generate(HI, [], 0))
+    assert [a.error for a in err.value.attempts] == ["APIConnectionError"] * 2
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_the_client_is_closed_with_its_loop_and_a_later_loop_gets_its_own(client):
+    async def call(m: RemoteModel) -> object:
+        await m.generate(HI, [], 0)
+        return m.client()
+    with FakeProvider("openai-chat") as fp:
+        m = model("openai-chat", fp.base_url, http_client=client)
+        first = asyncio.run(call(m))
+        second = asyncio.run(call(m))
+    assert len(fp.log) == 2 and second is not first
+    assert first.is_closed() and second.is_closed()  # type: ignore[attr-defined]
+
+
+def test_an_sdk_without_its_aiohttp_transport_is_refused_before_the_study_naming_the_fix():
+    import json  # a module that, like an SDK release before the aiohttp extra, has no _vendor.httpx_aiohttp
+
+    from draligned.models.http import aiohttp_transport
+    with pytest.raises(ModelError, match=r"pip install 'json\[aiohttp\]'.*or declare retry.http_client = \"httpx\""):
+        aiohttp_transport(json)
+    m = model("anthropic", "http://127.0.0.1:9")
+    m.check_ready()  # the installed SDK has it
