@@ -35,9 +35,10 @@ SIM_ID = "sim-lexical-v1"
 @pytest.fixture(scope="module")
 def demo(demo_run: DemoRun, tmp_path_factory) -> tuple[Archive, str]:
     """The demo run end to end (agent + SIMULATOR evaluator), with its printed output: this module's
-    own copy, since its tests add reads by other evaluators and review answers."""
+    own copy, since its tests add reads by other evaluators and review answers (files of their own: the
+    copy's files are links to the session's, never written into)."""
     assert demo_run.code == 0
-    archive = demo_run.copy(tmp_path_factory.mktemp("evaluator") / "archive", "archive")
+    archive = demo_run.linked_copy(tmp_path_factory.mktemp("evaluator") / "archive")
     return Archive(archive), demo_run.stdout
 
 
@@ -221,12 +222,12 @@ def test_an_edited_template_under_a_used_name_is_refused(demo, tmp_path):
     assert not (archive.root / "reads" / "sim-edited").exists()
 
 
-def test_read_verifies_blobs_before_anything_is_written(demo, tmp_path):
-    archive, _ = demo
-    copy = Archive(tmp_path / "archive")
-    shutil.copytree(archive.root, copy.root)
+def test_read_verifies_blobs_before_anything_is_written(demo_run: DemoRun, tmp_path):
+    copy = Archive(demo_run.linked_copy(tmp_path / "archive"))
     record = copy.records()[0]
-    copy.blob_path(record.final_blob).write_text("tampered")
+    tampered = copy.blob_path(record.final_blob)
+    tampered.unlink()  # a file of its own: the session's stays whole
+    tampered.write_text("tampered")
     model = Counting()
     with pytest.raises(ArchiveError, match="altered"):
         asyncio.run(read_archive(copy, _evaluator("sim-fresh"), model=model))
@@ -302,7 +303,7 @@ def test_archive_verify_covers_evaluator_files(demo_run: DemoRun, tmp_path):
     from draligned.indexing import verify
 
     assert demo_run.code == 0
-    archive = Archive(demo_run.copy(tmp_path / "archive", "archive"))
+    archive = Archive(demo_run.linked_copy(tmp_path / "archive"))
     sheet, answers = tmp_path / "sheet.jsonl", tmp_path / "answers.jsonl"
     assert main(["review", "export", str(archive.root), "--evaluator", SIM_ID, "--out", str(sheet),
                  "--limit", "2"]) == 0
@@ -315,7 +316,9 @@ def test_archive_verify_covers_evaluator_files(demo_run: DemoRun, tmp_path):
     answers_blob = archive.blob_path(archive.put_blob(answers.read_text()))
     answers_blob.unlink()
     damaged, other = sorted((archive.root / "reads").glob("*/reads/*.json"))[:2]
-    damaged.write_text(damaged.read_text()[:-20])
+    text = damaged.read_text()
+    damaged.unlink()  # a file of its own: the session's stays whole
+    damaged.write_text(text[:-20])
     raw = json.loads(other.read_text())["raw_response_blob"]
     archive.blob_path(raw).unlink()
     problems = verify(archive)
