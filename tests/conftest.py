@@ -153,6 +153,16 @@ class DemoRun:
         return dest
 
 
+def file_stamps(root: Path) -> dict[str, tuple[int, int, int, int]]:
+    """Every file and folder under ``root`` with its inode, size, mtime and ctime: what a write, a removal or
+    a replacement changes (a test over the shared demo that must change nothing compares them)."""
+    found = {}
+    for path in sorted(root.rglob("*")):
+        st = path.lstat()
+        found[str(path.relative_to(root))] = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    return found
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the group marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """A test over the demo's output is ``slow``: it needs the full demo run (once per session). All of them

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -13,7 +12,7 @@ from draligned.evaluator.sim import SimEvaluator
 from draligned.indexing import verify
 from draligned.models.sim import SimAgent
 from draligned.records import DelegateEvent, DraftEvent, FinalEvent, SnapshotEvent, ToolCallEvent
-from tests.conftest import DemoRun
+from tests.conftest import DemoRun, file_stamps
 from tests.harness_helpers import needs_bwrap
 
 pytestmark = needs_bwrap  # the demo covers H-W and H-D, whose shell needs bubblewrap
@@ -69,16 +68,6 @@ def test_demo_end_to_end(demo_run: DemoRun, capsys):
                    for d in delegations)
 
 
-def _tree(root: Path) -> dict[str, tuple[int, int, int, int]]:
-    """Every file and folder under ``root`` with its inode, size, mtime and ctime: what a write, a removal or
-    a replacement changes."""
-    found = {}
-    for path in sorted(root.rglob("*")):
-        st = path.lstat()
-        found[str(path.relative_to(root))] = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-    return found
-
-
 def _refuse(*_args: object, **_kwargs: object) -> None:
     raise AssertionError("the rerun did work the marks should have answered")
 
@@ -88,7 +77,7 @@ def test_demo_rerun_is_free(demo_run: DemoRun, monkeypatch, capsys):
     is written, removed or replaced, no model is called, and the marks answer the verify, the read, the
     index and both reports."""
     out = demo_run.out
-    before = _tree(out)
+    before = file_stamps(out)
     for target in (SimAgent, SimEvaluator):
         monkeypatch.setattr(target, "generate", _refuse)
     for name in ("draligned.indexing.verify_archive", "draligned.indexing.rebuild_index",
@@ -98,7 +87,7 @@ def test_demo_rerun_is_free(demo_run: DemoRun, monkeypatch, capsys):
     printed = capsys.readouterr().out
     assert f"Report:  {out / 'report' / 'report.html'}" in printed
     assert f"Pool report:  {out / 'pool-report' / 'report.html'}" in printed
-    assert _tree(out) == before
+    assert file_stamps(out) == before
 
 
 def test_demo_refuses_a_damaged_archive(demo_run: DemoRun, tmp_path, capsys):

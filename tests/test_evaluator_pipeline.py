@@ -25,7 +25,7 @@ from draligned.evaluator.states import state_rows
 from draligned.evaluator.storage import ReadStore
 from draligned.models.base import ModelAPI
 from draligned.records import Message, ModelReply, ToolCallEvent, ToolSpec
-from tests.conftest import DemoRun
+from tests.conftest import DemoRun, file_stamps
 from tests.study_helpers import REPO
 
 SIM = REPO / "evaluators" / "sim.toml"
@@ -145,15 +145,19 @@ def test_mirrored_reads_turn_a_position_bias_into_unknown(demo):
     assert plain_final.exact == 1.0
 
 
-def test_reread_is_idempotent_and_makes_no_model_call(demo, capsys):
-    archive, _ = demo
+def test_reread_is_idempotent_and_makes_no_model_call(demo_run: DemoRun, capsys):
+    """Reading the demo's archive again (in place: the session's) calls no model and writes no file, and
+    ``draligned read`` again reports nothing new (its mark answers)."""
+    archive = Archive(demo_run.out / "archive")
+    before = file_stamps(archive.root)
     model = Counting()
     summary = asyncio.run(read_archive(archive, load_evaluator(SIM), model=model))
     assert model.calls == 0 and summary.already_read == summary.packets > 0
     capsys.readouterr()
-    assert main(["read", str(archive.root), "--evaluator", str(SIM), "--phase", "requests,drafts"]) == 0
+    assert main(["read", str(archive.root), "--evaluator", str(SIM)]) == 0
     again = json.loads(capsys.readouterr().out)
     assert again["read_ok"] == again["read_failed"] == again["blocked"] == 0 and again["already_read"] > 0
+    assert file_stamps(archive.root) == before
 
 
 def test_unknown_paragraph_id_is_read_failed_with_raw_kept(demo):
