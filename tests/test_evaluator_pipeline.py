@@ -42,6 +42,20 @@ def demo(demo_run: DemoRun, tmp_path_factory) -> tuple[Archive, str]:
     return Archive(archive), demo_run.stdout
 
 
+@pytest.fixture(scope="module")
+def few_runs(demo_run: DemoRun, tmp_path_factory) -> Archive:
+    """The demo archive with a quarter of its runs (one seed of one model: every card, arm and harness),
+    for the tests that read it with an evaluator of their own and check each of its reads."""
+    archive = Archive(demo_run.linked_copy(tmp_path_factory.mktemp("few-runs") / "archive"))
+    first = min((r.slot.seed, r.slot.model) for r in archive.records())
+    for record in archive.records():
+        if (record.slot.seed, record.slot.model) != first:
+            for name in (f"{record.run_id}.json", f"{record.run_id}.started.json"):
+                (archive.runs_dir / name).unlink(missing_ok=True)
+    assert {r.slot.harness for r in archive.records()} == {"H00", "H-W", "H-D"}
+    return archive
+
+
 def _evaluator(evaluator_id: str) -> Evaluator:
     ev = load_evaluator(SIM)
     return ev.model_copy(update={"spec": ev.spec.model_copy(update={"evaluator_id": evaluator_id})})
@@ -160,8 +174,8 @@ def test_reread_is_idempotent_and_makes_no_model_call(demo_run: DemoRun, capsys)
     assert file_stamps(archive.root) == before
 
 
-def test_unknown_paragraph_id_is_read_failed_with_raw_kept(demo):
-    archive, _ = demo
+def test_unknown_paragraph_id_is_read_failed_with_raw_kept(few_runs):
+    archive = few_runs
     model = Counting(mangle=lambda text: text.replace('"p0', '"p9'))
     summary = asyncio.run(read_archive(archive, _evaluator("sim-broken"), ["final"], model=model))
     assert summary.read_failed > 0 and summary.read_ok == 0
@@ -177,9 +191,9 @@ def test_unknown_paragraph_id_is_read_failed_with_raw_kept(demo):
 
 
 @pytest.mark.parametrize("finish", ["length", "content_filter"])
-def test_a_reply_that_parses_but_did_not_finish_is_read_failed_with_raw_kept(demo, finish):
+def test_a_reply_that_parses_but_did_not_finish_is_read_failed_with_raw_kept(few_runs, finish):
     """A reply cut at the output cap can still be valid JSON (the cut fell after a closing brace)."""
-    archive, _ = demo
+    archive = few_runs
     eid = f"sim-cut-{finish}"
     summary = asyncio.run(read_archive(archive, _evaluator(eid), ["final"], model=Counting(finish=finish)))
     assert summary.read_failed > 0 and summary.read_ok == 0
@@ -190,8 +204,8 @@ def test_a_reply_that_parses_but_did_not_finish_is_read_failed_with_raw_kept(dem
     assert '"items"' in archive.get_text(reads[0].text_blob)  # the parseable text is kept, not read
 
 
-def test_a_reply_with_a_repeated_key_is_malformed(demo):
-    archive, _ = demo
+def test_a_reply_with_a_repeated_key_is_malformed(few_runs):
+    archive = few_runs
     model = Counting(mangle=lambda text: text.replace('{"items"', '{"items": [], "items"', 1))
     summary = asyncio.run(read_archive(archive, _evaluator("sim-dup-key"), ["final"], model=model))
     assert summary.read_failed > 0 and summary.read_ok == 0
@@ -199,8 +213,8 @@ def test_a_reply_with_a_repeated_key_is_malformed(demo):
     assert all(r.status == "READ_FAILED" and "duplicate keys ['items']" in r.error for r in reads)
 
 
-def test_same_evaluator_id_with_another_configuration_is_refused(demo):
-    archive, _ = demo
+def test_same_evaluator_id_with_another_configuration_is_refused(few_runs):
+    archive = few_runs
     ev = load_evaluator(SIM)
     changed = ev.model_copy(update={"spec": ev.spec.model_copy(update={"max_tokens": 99})})
     with pytest.raises(Exception, match="different configuration"):
@@ -258,8 +272,8 @@ def test_request_packets_are_split_at_32_and_12(demo):
                                                               if isinstance(e, ToolCallEvent) and e.request_text]
 
 
-def test_a_packet_that_would_leak_is_blocked(demo):
-    archive, _ = demo
+def test_a_packet_that_would_leak_is_blocked(few_runs):
+    archive = few_runs
     ev = load_evaluator(SIM)
     packet = collect_packets(archive, ev, ["final"])[0]
     assert leak_findings(packet.prompt, {"profile": "an unrelated sentence"}) == []
@@ -271,8 +285,8 @@ def test_a_packet_that_would_leak_is_blocked(demo):
     assert leak_findings("我今年31岁，住在杭州。", {"profile": "我今年31岁，"}) == ["contains the profile"]
 
 
-def test_sim_evaluator_answers_in_alpha_beta(demo):
-    archive, _ = demo
+def test_sim_evaluator_answers_in_alpha_beta(few_runs):
+    archive = few_runs
     packet = next(p for p in collect_packets(archive, load_evaluator(SIM), ["final"]))
     items = answer(packet.prompt)["items"]
     assert items and {i["side"] for i in items} <= {"ALPHA_SIDE", "BETA_SIDE", "BOTH", "NEITHER"}
