@@ -131,8 +131,8 @@ def test_states_use_only_allowed_values(demo, capsys):
     assert len(rows) == len({(r["run_id"], r["document"], r["axis_id"]) for r in rows})
 
 
-def test_second_evaluator_leaves_first_and_runs_byte_identical(demo):
-    archive, _ = demo
+def test_second_evaluator_leaves_first_and_runs_byte_identical(few_runs):
+    archive = few_runs
     before = ReadStore(archive, SIM_ID).files()
     runs = {p.name: p.read_bytes() for p in archive.runs_dir.iterdir()}
     summary = asyncio.run(read_archive(archive, _evaluator("sim-second"), ["final"]))
@@ -142,9 +142,9 @@ def test_second_evaluator_leaves_first_and_runs_byte_identical(demo):
     assert main(["agreement", str(archive.root), "--evaluators", f"{SIM_ID},sim-second"]) == 0
 
 
-def test_mirrored_reads_turn_a_position_bias_into_unknown(demo):
+def test_mirrored_reads_turn_a_position_bias_into_unknown(few_runs):
     """An evaluator that calls two-sided main advice for ALPHA disagrees with itself across reads."""
-    archive, _ = demo
+    archive = few_runs
     ev = _evaluator("sim-order-bias")
     model = ev.spec.model.model_copy(update={"options": {"order_bias": True}})
     ev = ev.model_copy(update={"spec": ev.spec.model_copy(update={"model": model})})
