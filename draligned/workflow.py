@@ -120,8 +120,8 @@ def read_and_index(archive: Archive, evaluator: Evaluator, phases: tuple[Phase, 
                    seen: Callable[[BatchStatus], None] | None = None) -> ReadSummary:
     """Check the archive's hashes (unless ``verify`` is False), read it with the evaluator (idempotent,
     resumable), synchronously or (``batch``) as provider batch jobs polled every ``poll_s`` seconds (``seen``
-    gets each status), then rebuild its index so that the reads' tables are in it; raises ArchiveError,
-    EvaluatorError or ModelError.
+    gets each status), then refresh its index so that the reads' tables are in it (rebuilt when the read wrote
+    any file); raises ArchiveError, EvaluatorError or ModelError.
 
     A synchronous read that left nothing to read is remembered at the archive's fingerprint: while no file
     changes (no new run, no read added or lost, no other evaluator), the next one answers from that mark
@@ -138,7 +138,7 @@ def read_and_index(archive: Archive, evaluator: Evaluator, phases: tuple[Phase, 
                else read_archive(archive, evaluator, phases))
     summary = asyncio.run(reading)
     files = fingerprint(archive)
-    rebuild(archive, files)
+    refresh(archive, files)  # rebuilt unless nothing was written (a re-read of other phases)
     settled = not (summary.model_errors or summary.lines_failed or summary.in_batch)
     if not batch and settled and fingerprint(archive, "runs") == runs:  # every run there is was read
         done_now = ReadSummary(packets=summary.packets, blocked=summary.blocked,

@@ -117,20 +117,50 @@ def _instant_retry_waits(monkeypatch: pytest.MonkeyPatch) -> None:
 class DemoRun:
     """One ``draligned demo --out OUT`` run: its directory, exit code and what it printed.
 
-    Shared by the whole session, so it is never to be changed: a test that writes, damages or reruns
-    takes a ``copy`` first.
+    Shared by the whole session, so it is never to be changed: a test that writes or damages takes a
+    ``copy`` or a ``linked_copy`` first. The demo run again in place changes nothing (its marks answer),
+    which test_demo_rerun_is_free checks.
     """
 
     out: Path
     code: int
     stdout: str
     stderr: str
+    link_source: Path  # where ``linked_copy`` keeps the one full copy its links point to
 
     def copy(self, dest: Path, part: str = "") -> Path:
         """A private copy at ``dest`` of the demo output (archives, reports and indexes), or of one ``part``
         of it such as ``"archive"``."""
         shutil.copytree(self.out / part, dest, symlinks=True)
         return dest
+
+    def linked_copy(self, dest: Path, part: str = "archive") -> Path:
+        """A cheap private copy at ``dest`` of the demo archive ``part``: the files under its folders (blobs,
+        run records, reads: written once, never written into) are hard links, the files in its root (index,
+        marks, locks) real copies. A test may add or replace files in it (a new inode), never write into a
+        linked one. The links are to a full copy made once per session (``link_source``), not to the
+        demo's own files: a new link changes a file's ctime, and the demo's archive marks (draligned.archive.
+        fingerprint) must keep holding."""
+        source = self.link_source / part
+        if not source.exists():
+            shutil.copytree(self.out / part, source, symlinks=True)
+        dest.mkdir(parents=True)
+        for entry in source.iterdir():
+            if entry.is_dir():
+                shutil.copytree(entry, dest / entry.name, copy_function=os.link)
+            else:
+                shutil.copy2(entry, dest / entry.name)
+        return dest
+
+
+def file_stamps(root: Path) -> dict[str, tuple[int, int, int, int]]:
+    """Every file and folder under ``root`` with its inode, size, mtime and ctime: what a write, a removal or
+    a replacement changes (a test over the shared demo that must change nothing compares them)."""
+    found = {}
+    for path in sorted(root.rglob("*")):
+        st = path.lstat()
+        found[str(path.relative_to(root))] = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    return found
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the group marks
@@ -152,4 +182,5 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
         _guard_network(mp)  # the per-test guards are not set up yet for a session fixture
         _skip_retry_waits(mp)
         code = main(["demo", "--out", str(out)])
-    return DemoRun(out=out, code=code, stdout=stdout.getvalue(), stderr=stderr.getvalue())
+    return DemoRun(out=out, code=code, stdout=stdout.getvalue(), stderr=stderr.getvalue(),
+                   link_source=out.parent / "link-source")

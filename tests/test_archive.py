@@ -140,7 +140,7 @@ def _index_tables(root: Path) -> dict[str, tuple[list[str], list[tuple]]]:
 def test_reindex_reproduces_every_table_of_the_index(demo_run, tmp_path, name, filled):
     """The index is derived: rebuilt from a copy of the files alone (no old index), every table is the same."""
     shared = demo_run.out / name
-    copy = Archive(demo_run.copy(tmp_path / name, name))
+    copy = Archive(demo_run.linked_copy(tmp_path / name, name))
     (copy.root / "index.duckdb").unlink()
     rebuild(copy)
     before, after = _index_tables(shared), _index_tables(copy.root)
@@ -154,7 +154,7 @@ def test_reindex_reproduces_every_table_of_the_index(demo_run, tmp_path, name, f
 def test_an_index_built_a_few_records_at_a_time_has_every_table_the_same(demo_run, tmp_path, monkeypatch, name):
     """Suppliers get the run records in batches and yield rows batch by batch (bounded memory): three
     batches give the tables of the demo's index, built from one batch of all."""
-    copy = Archive(demo_run.copy(tmp_path / name, name))
+    copy = Archive(demo_run.linked_copy(tmp_path / name, name))
     size = len(copy.started_paths()) // 3 + 1
     sizes = [len(b) for b in record_batches(copy, size)]
     assert sizes[:2] == [size, size] and len(sizes) == 3

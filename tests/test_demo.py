@@ -8,9 +8,11 @@ import pytest
 
 from draligned.archive import Archive
 from draligned.cli import main
+from draligned.evaluator.sim import SimEvaluator
 from draligned.indexing import verify
+from draligned.models.sim import SimAgent
 from draligned.records import DelegateEvent, DraftEvent, FinalEvent, SnapshotEvent, ToolCallEvent
-from tests.conftest import DemoRun
+from tests.conftest import DemoRun, file_stamps
 from tests.harness_helpers import needs_bwrap
 
 pytestmark = needs_bwrap  # the demo covers H-W and H-D, whose shell needs bubblewrap
@@ -66,24 +68,41 @@ def test_demo_end_to_end(demo_run: DemoRun, capsys):
                    for d in delegations)
 
 
-def test_demo_rerun_is_free_and_refuses_a_damaged_archive(demo_run: DemoRun, tmp_path, capsys):
-    """The demo run again into its own directory (a copy of the session's) makes no model call."""
-    stats = _stats(Archive(demo_run.out / "archive"), capsys)
-    out = demo_run.copy(tmp_path / "demo")
-    archive = Archive(out / "archive")
-    runs_before = sorted(p.name for p in archive.runs_dir.iterdir())
-    assert main(["demo", "--out", str(out)]) == 0
-    assert f"Report:  {out / 'report' / 'report.html'}" in capsys.readouterr().out
-    assert _stats(archive, capsys) == stats
-    assert sorted(p.name for p in archive.runs_dir.iterdir()) == runs_before
+def _refuse(*_args: object, **_kwargs: object) -> None:
+    raise AssertionError("the rerun did work the marks should have answered")
 
-    # The issue's check: a byte flipped in one blob is named by verify, and the demo run again into
-    # the same directory says the archive is damaged (no traceback, no report) and makes no call.
-    # A tool return: a blob no evaluator packet reads, so only verifying finds it.
+
+def test_demo_rerun_is_free(demo_run: DemoRun, monkeypatch, capsys):
+    """The demo run again into its own directory (the session's, in place) changes nothing there: no file
+    is written, removed or replaced, no model is called, and the marks answer the verify, the read, the
+    index and both reports."""
+    out = demo_run.out
+    before = file_stamps(out)
+    for target in (SimAgent, SimEvaluator):
+        monkeypatch.setattr(target, "generate", _refuse)
+    for name in ("draligned.indexing.verify_archive", "draligned.indexing.rebuild_index",
+                 "draligned.analysis.build.build_report"):
+        monkeypatch.setattr(name, _refuse)
+    assert main(["demo", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert f"Report:  {out / 'report' / 'report.html'}" in printed
+    assert f"Pool report:  {out / 'pool-report' / 'report.html'}" in printed
+    assert file_stamps(out) == before
+
+
+def test_demo_refuses_a_damaged_archive(demo_run: DemoRun, tmp_path, capsys):
+    """The issue's check: a byte flipped in one blob is named by verify, and the demo run again into the
+    same directory says the archive is damaged (no traceback, no report) and makes no call."""
+    stats = _stats(Archive(demo_run.out / "archive"), capsys)
+    out = tmp_path / "demo"
+    archive = Archive(demo_run.linked_copy(out / "archive"))
+    # A tool return: a blob no evaluator packet reads, so only verifying finds it. The damaged blob is a
+    # file of its own (the copy's other files are links to the session's).
     records = archive.records()
     blob = archive.blob_path(next(e.return_blob for e in records[0].events if isinstance(e, ToolCallEvent)))
     data = bytearray(blob.read_bytes())
     data[0] ^= 0x01
+    blob.unlink()
     blob.write_bytes(bytes(data))
     assert main(["archive", "verify", str(archive.root)]) == 1
     assert str(blob) in capsys.readouterr().err
@@ -91,6 +110,7 @@ def test_demo_rerun_is_free_and_refuses_a_damaged_archive(demo_run: DemoRun, tmp
     err = capsys.readouterr().err
     assert f"{blob}: altered blob" in err and "was not (re)written" in err and "Traceback" not in err
     assert _stats(archive, capsys) == stats
+    assert not (out / "report").exists() and not (out / "pool-archive").exists()
 
 
 def test_demo_arms_differ_in_what_the_simulator_searched(demo_run: DemoRun):

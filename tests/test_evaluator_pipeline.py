@@ -25,7 +25,7 @@ from draligned.evaluator.states import state_rows
 from draligned.evaluator.storage import ReadStore
 from draligned.models.base import ModelAPI
 from draligned.records import Message, ModelReply, ToolCallEvent, ToolSpec
-from tests.conftest import DemoRun
+from tests.conftest import DemoRun, file_stamps
 from tests.study_helpers import REPO
 
 SIM = REPO / "evaluators" / "sim.toml"
@@ -35,10 +35,25 @@ SIM_ID = "sim-lexical-v1"
 @pytest.fixture(scope="module")
 def demo(demo_run: DemoRun, tmp_path_factory) -> tuple[Archive, str]:
     """The demo run end to end (agent + SIMULATOR evaluator), with its printed output: this module's
-    own copy, since its tests add reads by other evaluators and review answers."""
+    own copy, since its tests add reads by other evaluators and review answers (files of their own: the
+    copy's files are links to the session's, never written into)."""
     assert demo_run.code == 0
-    archive = demo_run.copy(tmp_path_factory.mktemp("evaluator") / "archive", "archive")
+    archive = demo_run.linked_copy(tmp_path_factory.mktemp("evaluator") / "archive")
     return Archive(archive), demo_run.stdout
+
+
+@pytest.fixture(scope="module")
+def few_runs(demo_run: DemoRun, tmp_path_factory) -> Archive:
+    """The demo archive with a quarter of its runs (one seed of one model: every card, arm and harness),
+    for the tests that read it with an evaluator of their own and check each of its reads."""
+    archive = Archive(demo_run.linked_copy(tmp_path_factory.mktemp("few-runs") / "archive"))
+    first = min((r.slot.seed, r.slot.model) for r in archive.records())
+    for record in archive.records():
+        if (record.slot.seed, record.slot.model) != first:
+            for name in (f"{record.run_id}.json", f"{record.run_id}.started.json"):
+                (archive.runs_dir / name).unlink(missing_ok=True)
+    assert {r.slot.harness for r in archive.records()} == {"H00", "H-W", "H-D"}
+    return archive
 
 
 def _evaluator(evaluator_id: str) -> Evaluator:
@@ -116,8 +131,8 @@ def test_states_use_only_allowed_values(demo, capsys):
     assert len(rows) == len({(r["run_id"], r["document"], r["axis_id"]) for r in rows})
 
 
-def test_second_evaluator_leaves_first_and_runs_byte_identical(demo):
-    archive, _ = demo
+def test_second_evaluator_leaves_first_and_runs_byte_identical(few_runs):
+    archive = few_runs
     before = ReadStore(archive, SIM_ID).files()
     runs = {p.name: p.read_bytes() for p in archive.runs_dir.iterdir()}
     summary = asyncio.run(read_archive(archive, _evaluator("sim-second"), ["final"]))
@@ -127,9 +142,9 @@ def test_second_evaluator_leaves_first_and_runs_byte_identical(demo):
     assert main(["agreement", str(archive.root), "--evaluators", f"{SIM_ID},sim-second"]) == 0
 
 
-def test_mirrored_reads_turn_a_position_bias_into_unknown(demo):
+def test_mirrored_reads_turn_a_position_bias_into_unknown(few_runs):
     """An evaluator that calls two-sided main advice for ALPHA disagrees with itself across reads."""
-    archive, _ = demo
+    archive = few_runs
     ev = _evaluator("sim-order-bias")
     model = ev.spec.model.model_copy(update={"options": {"order_bias": True}})
     ev = ev.model_copy(update={"spec": ev.spec.model_copy(update={"model": model})})
@@ -144,19 +159,23 @@ def test_mirrored_reads_turn_a_position_bias_into_unknown(demo):
     assert plain_final.exact == 1.0
 
 
-def test_reread_is_idempotent_and_makes_no_model_call(demo, capsys):
-    archive, _ = demo
+def test_reread_is_idempotent_and_makes_no_model_call(demo_run: DemoRun, capsys):
+    """Reading the demo's archive again (in place: the session's) calls no model and writes no file, and
+    ``draligned read`` again reports nothing new (its mark answers)."""
+    archive = Archive(demo_run.out / "archive")
+    before = file_stamps(archive.root)
     model = Counting()
     summary = asyncio.run(read_archive(archive, load_evaluator(SIM), model=model))
     assert model.calls == 0 and summary.already_read == summary.packets > 0
     capsys.readouterr()
-    assert main(["read", str(archive.root), "--evaluator", str(SIM), "--phase", "requests,drafts"]) == 0
+    assert main(["read", str(archive.root), "--evaluator", str(SIM)]) == 0
     again = json.loads(capsys.readouterr().out)
     assert again["read_ok"] == again["read_failed"] == again["blocked"] == 0 and again["already_read"] > 0
+    assert file_stamps(archive.root) == before
 
 
-def test_unknown_paragraph_id_is_read_failed_with_raw_kept(demo):
-    archive, _ = demo
+def test_unknown_paragraph_id_is_read_failed_with_raw_kept(few_runs):
+    archive = few_runs
     model = Counting(mangle=lambda text: text.replace('"p0', '"p9'))
     summary = asyncio.run(read_archive(archive, _evaluator("sim-broken"), ["final"], model=model))
     assert summary.read_failed > 0 and summary.read_ok == 0
@@ -172,9 +191,9 @@ def test_unknown_paragraph_id_is_read_failed_with_raw_kept(demo):
 
 
 @pytest.mark.parametrize("finish", ["length", "content_filter"])
-def test_a_reply_that_parses_but_did_not_finish_is_read_failed_with_raw_kept(demo, finish):
+def test_a_reply_that_parses_but_did_not_finish_is_read_failed_with_raw_kept(few_runs, finish):
     """A reply cut at the output cap can still be valid JSON (the cut fell after a closing brace)."""
-    archive, _ = demo
+    archive = few_runs
     eid = f"sim-cut-{finish}"
     summary = asyncio.run(read_archive(archive, _evaluator(eid), ["final"], model=Counting(finish=finish)))
     assert summary.read_failed > 0 and summary.read_ok == 0
@@ -185,8 +204,8 @@ def test_a_reply_that_parses_but_did_not_finish_is_read_failed_with_raw_kept(dem
     assert '"items"' in archive.get_text(reads[0].text_blob)  # the parseable text is kept, not read
 
 
-def test_a_reply_with_a_repeated_key_is_malformed(demo):
-    archive, _ = demo
+def test_a_reply_with_a_repeated_key_is_malformed(few_runs):
+    archive = few_runs
     model = Counting(mangle=lambda text: text.replace('{"items"', '{"items": [], "items"', 1))
     summary = asyncio.run(read_archive(archive, _evaluator("sim-dup-key"), ["final"], model=model))
     assert summary.read_failed > 0 and summary.read_ok == 0
@@ -194,8 +213,8 @@ def test_a_reply_with_a_repeated_key_is_malformed(demo):
     assert all(r.status == "READ_FAILED" and "duplicate keys ['items']" in r.error for r in reads)
 
 
-def test_same_evaluator_id_with_another_configuration_is_refused(demo):
-    archive, _ = demo
+def test_same_evaluator_id_with_another_configuration_is_refused(few_runs):
+    archive = few_runs
     ev = load_evaluator(SIM)
     changed = ev.model_copy(update={"spec": ev.spec.model_copy(update={"max_tokens": 99})})
     with pytest.raises(Exception, match="different configuration"):
@@ -221,12 +240,12 @@ def test_an_edited_template_under_a_used_name_is_refused(demo, tmp_path):
     assert not (archive.root / "reads" / "sim-edited").exists()
 
 
-def test_read_verifies_blobs_before_anything_is_written(demo, tmp_path):
-    archive, _ = demo
-    copy = Archive(tmp_path / "archive")
-    shutil.copytree(archive.root, copy.root)
+def test_read_verifies_blobs_before_anything_is_written(demo_run: DemoRun, tmp_path):
+    copy = Archive(demo_run.linked_copy(tmp_path / "archive"))
     record = copy.records()[0]
-    copy.blob_path(record.final_blob).write_text("tampered")
+    tampered = copy.blob_path(record.final_blob)
+    tampered.unlink()  # a file of its own: the session's stays whole
+    tampered.write_text("tampered")
     model = Counting()
     with pytest.raises(ArchiveError, match="altered"):
         asyncio.run(read_archive(copy, _evaluator("sim-fresh"), model=model))
@@ -253,8 +272,8 @@ def test_request_packets_are_split_at_32_and_12(demo):
                                                               if isinstance(e, ToolCallEvent) and e.request_text]
 
 
-def test_a_packet_that_would_leak_is_blocked(demo):
-    archive, _ = demo
+def test_a_packet_that_would_leak_is_blocked(few_runs):
+    archive = few_runs
     ev = load_evaluator(SIM)
     packet = collect_packets(archive, ev, ["final"])[0]
     assert leak_findings(packet.prompt, {"profile": "an unrelated sentence"}) == []
@@ -266,8 +285,8 @@ def test_a_packet_that_would_leak_is_blocked(demo):
     assert leak_findings("我今年31岁，住在杭州。", {"profile": "我今年31岁，"}) == ["contains the profile"]
 
 
-def test_sim_evaluator_answers_in_alpha_beta(demo):
-    archive, _ = demo
+def test_sim_evaluator_answers_in_alpha_beta(few_runs):
+    archive = few_runs
     packet = next(p for p in collect_packets(archive, load_evaluator(SIM), ["final"]))
     items = answer(packet.prompt)["items"]
     assert items and {i["side"] for i in items} <= {"ALPHA_SIDE", "BETA_SIDE", "BOTH", "NEITHER"}
@@ -302,7 +321,7 @@ def test_archive_verify_covers_evaluator_files(demo_run: DemoRun, tmp_path):
     from draligned.indexing import verify
 
     assert demo_run.code == 0
-    archive = Archive(demo_run.copy(tmp_path / "archive", "archive"))
+    archive = Archive(demo_run.linked_copy(tmp_path / "archive"))
     sheet, answers = tmp_path / "sheet.jsonl", tmp_path / "answers.jsonl"
     assert main(["review", "export", str(archive.root), "--evaluator", SIM_ID, "--out", str(sheet),
                  "--limit", "2"]) == 0
@@ -315,7 +334,9 @@ def test_archive_verify_covers_evaluator_files(demo_run: DemoRun, tmp_path):
     answers_blob = archive.blob_path(archive.put_blob(answers.read_text()))
     answers_blob.unlink()
     damaged, other = sorted((archive.root / "reads").glob("*/reads/*.json"))[:2]
-    damaged.write_text(damaged.read_text()[:-20])
+    text = damaged.read_text()
+    damaged.unlink()  # a file of its own: the session's stays whole
+    damaged.write_text(text[:-20])
     raw = json.loads(other.read_text())["raw_response_blob"]
     archive.blob_path(raw).unlink()
     problems = verify(archive)

@@ -8,6 +8,7 @@ from statistics import median
 from typing import Any
 
 import duckdb
+import pyarrow as pa
 
 from draligned.analysis import plots
 from draligned.analysis.browser import write_pages
@@ -45,6 +46,20 @@ def _sql_type(values: list[Any]) -> str:
     return "VARCHAR"
 
 
+_ARROW_TYPES = {"BOOLEAN": pa.bool_(), "BIGINT": pa.int64(), "DOUBLE": pa.float64(), "VARCHAR": pa.string()}
+
+
+def _arrow_rows(table: Table, types: list[str]) -> pa.Table:
+    """The table's rows as Arrow columns of its SQL types (VARCHAR values as their text)."""
+    columns = []
+    for i, kind in enumerate(types):
+        values = [r[i] for r in table.rows]
+        if kind == "VARCHAR":
+            values = [None if v is None else str(v) for v in values]
+        columns.append(pa.array(values, type=_ARROW_TYPES[kind]))
+    return pa.Table.from_arrays(columns, names=[f"c{i}" for i in range(len(types))])
+
+
 def export_tables(report: Report, out: Path) -> None:
     """tables/<name>.csv and .parquet through DuckDB (the Parquet key-value metadata carries the plan,
     evaluator and archive hashes), and tables/manifest.json with identity, definitions and SQL."""
@@ -52,12 +67,13 @@ def export_tables(report: Report, out: Path) -> None:
     con = duckdb.connect()
     try:
         for name, table in report.tables.items():
-            cols = [f'"{c}" {_sql_type([r[i] for r in table.rows])}' for i, c in enumerate(table.columns)]
+            types = [_sql_type([r[i] for r in table.rows]) for i in range(len(table.columns))]
+            cols = [f'"{c}" {t}' for c, t in zip(table.columns, types, strict=True)]
             con.execute(f'CREATE OR REPLACE TABLE "{name}" ({", ".join(cols)})')
-            if table.rows:
-                con.executemany(f'INSERT INTO "{name}" VALUES ({", ".join("?" * len(table.columns))})',
-                                [[str(v) if t.endswith("VARCHAR") and v is not None else v
-                                  for v, t in zip(r, cols, strict=True)] for r in table.rows])
+            if table.rows:  # one columnar insert: executemany costs a statement per row
+                con.register("report_rows", _arrow_rows(table, types))
+                con.execute(f'INSERT INTO "{name}" SELECT * FROM report_rows')
+                con.unregister("report_rows")
             ident = report.identity
             meta = ", ".join(f"{k}: '{str(v).replace(chr(39), chr(39) * 2)}'" for k, v in (
                 ("plan_sha256", ident.plan_sha256), ("evaluator_id", ident.evaluator_id),

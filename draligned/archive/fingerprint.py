@@ -119,7 +119,8 @@ def read_mark(archive: Archive, key: str) -> Any:
 
 def write_mark(archive: Archive, key: str, value: Any) -> None:
     """Store ``value`` under ``key`` (atomic replace; a mark lost to a concurrent writer only costs the next
-    command its shortcut)."""
+    command its shortcut). A mark already stored as ``value`` is left as it is: a command that found what
+    the marks said writes nothing."""
     path = archive.root / MARKS
     try:
         marks = json.loads(path.read_bytes())
@@ -127,6 +128,8 @@ def write_mark(archive: Archive, key: str, value: Any) -> None:
             marks = {}
     except (OSError, ValueError):
         marks = {}
+    if marks.get(key) == value:
+        return
     marks[key] = value
     try:
         fd, tmp = tempfile.mkstemp(dir=archive.root, prefix=".marks-", suffix=".tmp")

@@ -168,7 +168,7 @@ def _norm(text: str) -> str:
 
 def _contains(text: str, needle: str) -> bool:
     """Substring test; an identifier-like needle (model name, id) must stand as a whole token."""
-    if not needle:
+    if not needle or needle not in text:  # a plain scan first: most needles are absent, the regex is slow
         return False
     if _IDENTIFIER.fullmatch(needle):
         return re.search(rf"(?<![\w.-]){re.escape(needle)}(?![\w-])", text) is not None
