@@ -44,26 +44,12 @@ def verify_archive(archive: Archive, tables: Sequence[ArchiveTables]) -> list[st
 def verify_records(archive: Archive) -> list[str]:
     """Altered blobs, unreadable or altered run records, missing blobs they reference, missing run
     record files and leftovers of interrupted writes (hashed in a worker process per core)."""
-    blobs = blob_files(archive)
+    blobs = archive.blob_files()
     problems = in_parallel(_altered_blobs, sorted(blobs.values()))
     problems += record_problems(archive, set(blobs), parallel=True)
     problems += [f"{p}: leftover of an interrupted write (removed by the next 'draligned run' or "
                  f"'draligned archive reindex')" for p in stale_temp_files(archive)]
     return problems
-
-
-def blob_files(archive: Archive) -> dict[str, str]:
-    """Every blob on disk: its name (the sha256 it must have) -> its path (one directory scan per prefix)."""
-    base = archive.root / "blobs"
-    if not base.is_dir():
-        return {}
-    found: dict[str, str] = {}
-    with os.scandir(base) as prefixes:
-        for prefix in prefixes:
-            if len(prefix.name) == 2 and prefix.is_dir():
-                with os.scandir(prefix.path) as entries:
-                    found.update((e.name, e.path) for e in entries if not e.name.startswith(".tmp-"))
-    return found
 
 
 def in_parallel(check: Callable[[list[Item]], list[T]], items: list[Item], at_least: int = PARALLEL_FROM) -> list[T]:
@@ -120,7 +106,7 @@ def record_problems(archive: Archive, blobs: set[str] | None = None, parallel: b
     it names, so the run files are listed before the blobs, and a blob missing from a listing made earlier
     is looked up again before it is called missing."""
     sealed, started = archive.run_names()
-    blobs = set(blob_files(archive)) if blobs is None else blobs
+    blobs = set(archive.blob_files()) if blobs is None else blobs
     paths = [os.path.join(archive.runs_dir, name) for name in started + sealed]
     problems: list[str] = []
     for chunk in in_chunks(_record_chunk, paths, PARALLEL_FROM if parallel else math.inf):
