@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from draligned import guards
 from draligned.analysis import build
 from draligned.archive import Archive, verify
+from draligned.archive.fingerprint import fingerprint
 from draligned.cli import main
 from draligned.evaluator import reading
 from draligned.indexing import DERIVED
@@ -112,3 +114,15 @@ def test_verify_in_worker_processes_finds_what_one_process_finds(small, tmp_path
     assert verify.verify_archive(archive, DERIVED) == alone
     assert any(str(flipped) in p for p in alone) and any(str(manifest) in p for p in alone)
     assert any("unreadable run record" in p for p in alone)
+
+
+def test_the_starter_plan_s_studies_are_remembered_until_a_run_is_added(small, tmp_path, monkeypatch):
+    archive = _copy(small, tmp_path)
+    studies = guards.archive_studies(archive, fingerprint(archive))
+    with monkeypatch.context() as m:
+        m.setattr(Archive, "started", _must_not_run)
+        assert guards.archive_studies(archive, fingerprint(archive)) == studies
+    marker = json.loads(archive.started_paths()[0].read_bytes())
+    marker["slot"]["study"] = "another"
+    (archive.runs_dir / "r-another.started.json").write_text(json.dumps(marker))
+    assert guards.archive_studies(archive, fingerprint(archive)) == sorted([*studies, "another"])
