@@ -10,6 +10,7 @@ from pathlib import Path
 
 from draligned.analysis.plan import LoadedPlan, PlanError, load_plan, parse_plan, starter_plan
 from draligned.archive import Archive, ArchiveError
+from draligned.archive.fingerprint import holds, remember
 from draligned.archive.verify import record_problems
 from draligned.data import data_dir
 from draligned.evaluator.config import Evaluator, EvaluatorError, load_evaluator
@@ -104,16 +105,28 @@ def evaluator_to_read(archive: Archive, spec: str) -> Evaluator:
                          f"pass the evaluator's TOML file")
 
 
-def archive_studies(archive: Archive) -> list[str]:
-    """The study names of every run the archive holds (its started markers)."""
-    return sorted({r.slot.study for r in archive.started()})
+def archive_studies(archive: Archive, files: str | None = None) -> list[str]:
+    """The study names of every run the archive holds (its started markers); remembered at the archive's
+    fingerprint ``files`` when given, so that a report with nothing new does not parse every marker again."""
+    if files is not None and (known := holds(archive, STUDIES, files)) is not None:
+        return list(known["studies"])
+    studies = sorted({r.slot.study for r in archive.started()})
+    if files is not None:
+        remember(archive, STUDIES, files, studies=studies)
+    return studies
 
 
-def report_plan(archive: Archive, plan: str | Path | None) -> tuple[LoadedPlan, str | None]:
-    """The plan file, or without one a starter plan over the archive's own studies and a note saying so."""
+STUDIES = "studies"
+"""The mark of the archive's study names."""
+
+
+def report_plan(archive: Archive, plan: str | Path | None, files: str | None = None
+                ) -> tuple[LoadedPlan, str | None]:
+    """The plan file, or without one a starter plan over the archive's own studies (remembered at its
+    fingerprint ``files``, when given) and a note saying so."""
     if plan is not None:
         return load_plan(plan), None
-    studies = archive_studies(archive)
+    studies = archive_studies(archive, files)
     if not studies:
         raise ArchiveError(f"{archive.root}: the archive has no runs, so there is nothing to report")
     origin = f"(default plan over the studies of {archive.root})"

@@ -12,11 +12,12 @@ from them, need not hash or index them again.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import duckdb
 
-from draligned.archive.fingerprint import file_stamp, fingerprint, holds, remember
+from draligned.archive.fingerprint import file_stamp, fingerprint, holds, remember, unit_digests
 from draligned.archive.index import connect as _open_index
 from draligned.archive.index import index_path, rebuild_index
 from draligned.archive.runs import RUN_TABLES
@@ -61,14 +62,26 @@ def index_state(archive: Archive, files: str) -> str | None:
 
 def verify(archive: Archive, files: str | None = None) -> list[str]:
     """One problem line per missing or altered file of any supplier; empty when the archive is intact (then
-    marked verified at its fingerprint before the check, ``files`` when the caller just took it)."""
+    marked verified at its fingerprint ``files`` taken by the caller before the check; or, without one, at
+    the fingerprint of every file as stat'ed before it was read: the folders other than the blobs' first,
+    each blob folder while its blobs are hashed)."""
     if not archive.root.is_dir():
         return verify_archive(archive, DERIVED)
-    files = files or fingerprint(archive)
-    problems = verify_archive(archive, DERIVED)
+    if files is None:
+        seen = unit_digests(archive, lambda unit: not _is_blob_folder(archive, unit))
+        problems = verify_archive(archive, DERIVED, seen)
+        files = fingerprint(archive, known=seen)
+    else:
+        problems = verify_archive(archive, DERIVED)
     if not problems:
         remember(archive, VERIFIED, files)
     return problems
+
+
+def _is_blob_folder(archive: Archive, unit: str) -> bool:
+    """Whether a fingerprint unit is a ``blobs/xx`` folder (its digest is taken as its blobs are hashed)."""
+    parent, name = os.path.split(unit)
+    return len(name) == 2 and parent == os.path.join(archive.root, "blobs")
 
 
 def verify_changed(archive: Archive, files: str | None = None) -> list[str]:

@@ -198,9 +198,9 @@ def make_report(archive: str | Path, plan_path: str | Path | None, evaluator: st
     from draligned.analysis.kept import kept_queries, record_inputs
 
     opened = open_archive(archive)
-    loaded, plan_note = report_plan(opened, plan_path)
-    evaluator_id = default_reader(opened) if evaluator is None else require_reader(opened, evaluator)
     files = fingerprint(opened)
+    loaded, plan_note = report_plan(opened, plan_path, files)
+    evaluator_id = default_reader(opened) if evaluator is None else require_reader(opened, evaluator)
     check_intact(opened, verify, files=files)
     ensure(opened)  # the report reads the index; an archive without one gets it built
     out = Path(out)

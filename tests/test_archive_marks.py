@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from draligned import guards, indexing
 from draligned.analysis import build
 from draligned.archive import Archive, verify
+from draligned.archive.fingerprint import fingerprint, holds
 from draligned.cli import main
 from draligned.evaluator import reading
 from draligned.indexing import DERIVED
@@ -109,6 +111,27 @@ def test_verify_in_worker_processes_finds_what_one_process_finds(small, tmp_path
     manifest.write_text("not json")
     alone = verify.verify_archive(archive, DERIVED)
     monkeypatch.setattr(verify, "PARALLEL_FROM", 1)
+    monkeypatch.setattr(verify, "SHARDS_PARALLEL_FROM", 1)
     assert verify.verify_archive(archive, DERIVED) == alone
     assert any(str(flipped) in p for p in alone) and any(str(manifest) in p for p in alone)
     assert any("unreadable run record" in p for p in alone)
+
+
+def test_the_starter_plan_s_studies_are_remembered_until_a_run_is_added(small, tmp_path, monkeypatch):
+    archive = _copy(small, tmp_path)
+    studies = guards.archive_studies(archive, fingerprint(archive))
+    with monkeypatch.context() as m:
+        m.setattr(Archive, "started", _must_not_run)
+        assert guards.archive_studies(archive, fingerprint(archive)) == studies
+    marker = json.loads(archive.started_paths()[0].read_bytes())
+    marker["slot"]["study"] = "another"
+    (archive.runs_dir / "r-another.started.json").write_text(json.dumps(marker))
+    assert guards.archive_studies(archive, fingerprint(archive)) == sorted([*studies, "another"])
+
+
+def test_the_fingerprint_verify_takes_while_it_hashes_is_the_one_a_later_command_takes(small, tmp_path):
+    archive = _copy(small, tmp_path)
+    assert indexing.verify(archive) == []
+    assert holds(archive, indexing.VERIFIED, fingerprint(archive)) is not None
+    (archive.root / "blobs" / "zz").mkdir()  # a folder that was not there when it was verified
+    assert holds(archive, indexing.VERIFIED, fingerprint(archive)) is None

@@ -18,32 +18,55 @@ import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import cache, partial
 from pathlib import Path
 from typing import Any
 
 from draligned.archive.store import Archive
-from draligned.archive.verify import in_parallel
+from draligned.archive.verify import in_parallel, stats_digest, unit_stats
 
 MARKS = ".marks.json"
 """The marks file in the archive root."""
 
 
-def fingerprint(archive: Archive, *folders: str) -> str:
+def fingerprint(archive: Archive, *folders: str, known: Mapping[str, str] | None = None) -> str:
     """The sha256 of every file's path, size, inode, mtime and ctime under the archive's folders (only the
-    top-level ``folders`` given, when some are)."""
+    top-level ``folders`` given, when some are); with ``known`` (:func:`unit_digests` taken earlier, or
+    while the files were read), no file is stat'ed: a unit not in it makes a fingerprint no later one equals."""
     if not archive.root.is_dir():
         return "no archive"
     return tree_fingerprint(archive.root, lambda e: e.is_dir(follow_symlinks=False)
-                            and (not folders or e.name in folders))
+                            and (not folders or e.name in folders), known)
 
 
-def tree_fingerprint(root: Path, chosen: Callable[[os.DirEntry[str]], bool]) -> str:
+def unit_digests(archive: Archive, take: Callable[[str], bool]) -> dict[str, str]:
+    """The digests of the archive's fingerprint units (folders) whose path ``take`` accepts, stat'ed now."""
+    units = [u for u in _units(archive.root, lambda e: e.is_dir(follow_symlinks=False))[0] if take(u[0])]
+    digests = in_parallel(partial(_unit_digests, len(str(archive.root)) + 1), units, at_least=32)
+    return {path: digest for (path, _), digest in zip(units, digests, strict=True)}
+
+
+def tree_fingerprint(root: Path, chosen: Callable[[os.DirEntry[str]], bool],
+                     known: Mapping[str, str] | None = None) -> str:
     """The sha256 of the path, size, inode, mtime and ctime of every file under the ``chosen`` entries of
     ``root`` (a chosen file counts itself, a chosen folder everything in it). Each chosen folder's own files
-    and each of its subfolders are one unit, stat'ed in a worker process per core when there are many; each
-    unit's digest, in path order, goes into the fingerprint, so it does not depend on the number of cores."""
+    and each of its subfolders are one unit, stat'ed in a worker process per core when there are many
+    (or taken from ``known``: then a unit not in it counts as unseen); each unit's digest, in path order,
+    goes into the fingerprint, so it does not depend on the number of cores."""
+    units, files = _units(root, chosen)
+    if known is None:
+        digests = in_parallel(partial(_unit_digests, len(str(root)) + 1), units, at_least=32)
+    else:
+        digests = [known.get(path, "unseen") for path, _ in units]
+    lines = [f"{path}:{digest}" for (path, _), digest in zip(units, digests, strict=True)]
+    lines += [f"{name}:{stats_digest([(name, os.lstat(root / name))])}" for name in sorted(files)]
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()
+
+
+def _units(root: Path, chosen: Callable[[os.DirEntry[str]], bool]) -> tuple[list[tuple[str, bool]], list[str]]:
+    """The fingerprint's units under ``root`` (a chosen folder, not recursive; each of its subfolders,
+    recursive), sorted, and the chosen files directly in ``root``."""
     units: list[tuple[str, bool]] = []  # (a folder, whether its subfolders count too)
     files: list[str] = []
     with os.scandir(root) as top:
@@ -56,36 +79,12 @@ def tree_fingerprint(root: Path, chosen: Callable[[os.DirEntry[str]], bool]) -> 
             units.append((entry.path, False))
             with os.scandir(entry.path) as entries:
                 units += [(e.path, True) for e in entries if e.is_dir(follow_symlinks=False)]
-    units.sort()
-    digests = in_parallel(partial(_unit_digests, len(str(root)) + 1), units, at_least=32)
-    lines = [f"{path}:{digest}" for (path, _), digest in zip(units, digests, strict=True)]
-    lines += [f"{name}:{_stats_digest([(name, os.lstat(root / name))])}" for name in sorted(files)]
-    return hashlib.sha256("\n".join(lines).encode()).hexdigest()
+    return sorted(units), files
 
 
 def _unit_digests(prefix: int, units: list[tuple[str, bool]]) -> list[str]:
     """Per unit (folder, recursive): the digest of every file's path (after ``prefix`` characters) and stat."""
-    digests = []
-    for path, recursive in units:
-        found: list[tuple[str, os.stat_result]] = []
-        stack = [path]
-        while stack:
-            with os.scandir(stack.pop()) as entries:
-                for entry in entries:
-                    if entry.is_dir(follow_symlinks=False):
-                        if recursive:
-                            stack.append(entry.path)
-                    else:
-                        found.append((entry.path[prefix:], entry.stat(follow_symlinks=False)))
-        digests.append(_stats_digest(found))
-    return digests
-
-
-def _stats_digest(found: list[tuple[str, os.stat_result]]) -> str:
-    """The sha256 of each file's path, size, inode, mtime and ctime, in path order."""
-    found.sort(key=lambda f: f[0])
-    return hashlib.sha256(repr([(p, st.st_size, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
-                                for p, st in found]).encode()).hexdigest()
+    return [stats_digest(unit_stats(prefix, path, recursive)) for path, recursive in units]
 
 
 def file_stamp(path: Path) -> str | None:

@@ -23,6 +23,7 @@ from draligned.evaluator.states import (
     document_decision,
     document_order,
     read_outcome,
+    request_chunks,
     request_decision,
 )
 from draligned.evaluator.storage import ReadRecord, ReadStore
@@ -157,6 +158,7 @@ class Evidence:
         for m in store.manifests():
             self.units[(m.run_id, m.document, m.chunk)][m.read] = m
         self.reads: dict[str, ReadRecord] = store.reads()
+        self._request_chunks = request_chunks(self.units)
         self._documents: dict[tuple[str, str], list[DocumentEvidence]] = {}
 
     def _read(self, run_id: str, document: str, chunk: int, n: int) -> tuple[ReadEvidence, ReadRecord | None]:
@@ -206,7 +208,7 @@ class Evidence:
                 lines.append(RequestLine(request_id=f"r{len(lines) + 1:03d}", event_id=event, text=text,
                                          read1=r1, read2=r2, identified=identified_side(r1, r2)))
         has = bool(lines)
-        decision = request_decision(record.run_id, has, self.units, self.reads, axis_id, assigned)
+        decision = request_decision(self._request_chunks.get(record.run_id, []), has, self.reads, axis_id, assigned)
         return RequestEvidence(run_id=record.run_id, axis_id=axis_id, assigned=assigned, requests=lines,
                                decision=decision)
 

@@ -15,8 +15,9 @@ from typing import Any
 from draligned.archive.store import Archive
 from draligned.archive.tables import ArchiveTables, Rows
 from draligned.evaluator.aggregate import read_label
+from draligned.evaluator.packets import Manifest
 from draligned.evaluator.states import run_states
-from draligned.evaluator.storage import ReadStore, verify_reads
+from draligned.evaluator.storage import ReadRecord, ReadStore, verify_reads
 from draligned.records import RunRecord
 
 SCHEMA = """
@@ -37,22 +38,23 @@ def evaluator_rows(archive: Archive, batches: Iterable[Sequence[RunRecord]]) -> 
     """The evaluator tables' rows for every evaluator that has read the archive: its read files'
     tables evaluator by evaluator, then the states of the sealed runs a batch of records at a time."""
     ids = ReadStore.evaluator_ids(archive)
+    states = []
     for eid in ids:
-        yield _read_rows(archive, eid)
+        store = ReadStore(archive, eid)
+        loaded = store.manifests(), store.reads()  # parsed once for both (52,000 files at 4,000 runs)
+        yield _read_rows(eid, *loaded)
+        states.append(run_states(archive, eid, loaded))
     if not ids:
         return
-    states = [run_states(archive, eid) for eid in ids]
     for records in batches:
         yield {"states": [(s.evaluator_id, s.run_id, s.card_id, s.arm, s.seed, s.phase, s.document, s.axis_id,
                            s.assigned, s.decision.state, s.decision.reason, s.decision.label)
                           for of in states for r in records if r.status != "started" for s in of(r)]}
 
 
-def _read_rows(archive: Archive, eid: str) -> Rows:
-    """``packets``, ``reads``, ``items`` and ``labels`` of one evaluator's read files."""
-    store = ReadStore(archive, eid)
-    manifests = store.manifests()
-    reads = store.reads()
+def _read_rows(eid: str, manifests: list[Manifest], reads: dict[str, ReadRecord]) -> Rows:
+    """``packets``, ``reads``, ``items`` and ``labels`` of one evaluator's read files (its manifests and
+    reads)."""
     axes = {m.packet_id: m.axes for m in manifests}
     labels: list[tuple[Any, ...]] = [(eid, r.packet_id, lab.axis_id, lab.request_id, lab.side, None, None, None, None)
               for r in reads.values() for lab in r.labels]

@@ -111,10 +111,23 @@ def _missing(outcomes: list[ReadRecord | None | Unread]) -> StateDecision | None
 Units = dict[tuple[str, str, int], dict[int, Manifest]]
 
 
-def request_decision(run_id: str, has_requests: bool, units: Units, reads: dict[str, ReadRecord],
-                      axis_id: str, assigned: Endpoint) -> StateDecision:
-    """Request readout of a run on one axis from every request chunk's two reads."""
-    chunks = [units[k] for k in sorted(k for k in units if k[:2] == (run_id, "requests"))]
+RequestChunks = dict[str, list[dict[int, Manifest]]]
+"""Each run's request chunks (the manifests of both reads of each), in chunk order."""
+
+
+def request_chunks(units: Units) -> RequestChunks:
+    """The request chunks of every run, found in one pass over the units (a search of all units per run and
+    axis made reindex quadratic: 4,000 runs × 16,000 units)."""
+    chunks: RequestChunks = defaultdict(list)
+    for key in sorted(k for k in units if k[1] == "requests"):
+        chunks[key[0]].append(units[key])
+    return chunks
+
+
+def request_decision(chunks: list[dict[int, Manifest]], has_requests: bool, reads: dict[str, ReadRecord],
+                     axis_id: str, assigned: Endpoint) -> StateDecision:
+    """Request readout of a run on one axis from every request chunk's two reads (``chunks``: the run's, from
+    :func:`request_chunks`)."""
     if has_requests and not chunks:
         return StateDecision(state="MISSING", reason="NOT_READ")
     pairs: list[tuple[RestoredSide | None, RestoredSide | None]] = []
@@ -151,7 +164,7 @@ class _RunKeys(TypedDict):
     seed: int
 
 
-def _run_rows(evaluator_id: str, record: RunRecord, card: Card, units: Units,
+def _run_rows(evaluator_id: str, record: RunRecord, card: Card, units: Units, requests: RequestChunks,
               reads: dict[str, ReadRecord], phases: set[Phase]) -> list[StateRow]:
     """Rows of one run: requests, every draft version (draft:1 as NO_DOCUMENT if none), final."""
     base: _RunKeys = {"evaluator_id": evaluator_id, "run_id": record.run_id, "card_id": card.card_id,
@@ -167,7 +180,8 @@ def _run_rows(evaluator_id: str, record: RunRecord, card: Card, units: Units,
     for f in card.factors:
         assigned = card.endpoint_for(record.slot.arm, f.factor_id)
         if "requests" in phases:
-            decision = request_decision(record.run_id, has_requests, units, reads, f.factor_id, assigned)
+            decision = request_decision(requests.get(record.run_id, []), has_requests, reads, f.factor_id,
+                                        assigned)
             rows.append(StateRow(**base, phase="requests", document="requests", axis_id=f.factor_id,
                                  assigned=assigned, decision=decision))
         for doc in docs:
@@ -178,17 +192,27 @@ def _run_rows(evaluator_id: str, record: RunRecord, card: Card, units: Units,
     return rows
 
 
-def run_states(archive: Archive, evaluator_id: str) -> Callable[[RunRecord], list[StateRow]]:
-    """The states of one sealed run for the phases this evaluator has packets for (its reads are loaded
-    once, here, so that runs can be given one at a time)."""
+def run_states(archive: Archive, evaluator_id: str,
+               loaded: tuple[list[Manifest], dict[str, ReadRecord]] | None = None
+               ) -> Callable[[RunRecord], list[StateRow]]:
+    """The states of one sealed run for the phases this evaluator has packets for (its manifests and reads
+    are loaded once, here, unless the caller has ``loaded`` them already, so that runs can be given one at
+    a time)."""
     store = ReadStore(archive, evaluator_id)
-    manifests = store.manifests()
-    reads = store.reads()
+    manifests, reads = loaded or (store.manifests(), store.reads())
     units: Units = defaultdict(dict)
     for m in manifests:
         units[(m.run_id, m.document, m.chunk)][m.read] = m
     phases = {m.phase for m in manifests}
-    return lambda record: _run_rows(evaluator_id, record, load_card(archive, record), units, reads, phases)
+    requests = request_chunks(units)
+    cards: dict[str, Card] = {}  # a study has a few cards and thousands of runs: each is read and hashed once
+
+    def states(record: RunRecord) -> list[StateRow]:
+        if record.slot.card_sha256 not in cards:
+            cards[record.slot.card_sha256] = load_card(archive, record)
+        return _run_rows(evaluator_id, record, cards[record.slot.card_sha256], units, requests, reads, phases)
+
+    return states
 
 
 def state_rows(archive: Archive, evaluator_id: str) -> list[StateRow]:
