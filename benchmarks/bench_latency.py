@@ -92,6 +92,7 @@ def serve(sock: socket.socket, latency_s: float, served: Any, first: Any, last: 
     async def main() -> None:
         server = await asyncio.get_running_loop().create_server(
             lambda: ChatServer(latency_s, served, first, last), sock=sock, backlog=1024)
+        served.value = 0  # started (its imports done): its CPU from now on is the requests'
         await server.serve_forever()
 
     asyncio.run(main())
@@ -141,9 +142,11 @@ def main() -> None:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     sock.listen(1024)
-    served, first, last = context.RawValue("q", 0), context.RawValue("d", 0.0), context.RawValue("d", 0.0)
+    served, first, last = context.RawValue("q", -1), context.RawValue("d", 0.0), context.RawValue("d", 0.0)
     server = context.Process(target=serve, args=(sock, args.latency_ms / 1000, served, first, last), daemon=True)
     server.start()
+    while served.value < 0:  # until it serves
+        time.sleep(0.05)
     base_url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
     print(json.dumps({"machine": f"{os.cpu_count()} cores", "load_avg_1m": os.getloadavg()[0]}))
     try:
