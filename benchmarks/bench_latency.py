@@ -7,8 +7,9 @@ tool calls per run, full archiving). For each C (runs in flight: the study's ``c
 model's ``max_connections``) and each worker count, a study of ``--runs-per-slot`` × C runs is timed from
 ``run_study`` to its end (worker start and the final reindex included) and one JSON line printed:
 model calls per second from the first request to the last reply (what the runs sustain; the figure with
-study start, worker start and the final reindex is printed next to it), and efficiency against the
-ideal C / L. Targets (issue 14, 2 cores):
+study start, worker start and the final reindex is printed next to it), efficiency against the
+ideal C / L, and the CPU per model call of the parent, the workers and the server (what bounds calls/s on
+a machine's cores: cores / total CPU per call). Targets (issue 14, 2 cores):
 >= 576 calls/s (0.9 of C/L) at C = 64, >= 1,000 calls/s at C = 256.
 """
 

@@ -33,8 +33,9 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
 import traceback
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from multiprocessing.context import SpawnProcess
 from pathlib import Path
 from typing import Any
@@ -59,21 +60,43 @@ GC_THRESHOLD = (100_000, 50, 100)
 """The cyclic collector's generation thresholds while a study runs (Python's default: 700, 10, 10)."""
 
 
+class _Collector:
+    """The collector's settings for studies: the first study to start (of those running in this process's
+    threads at once) sets them, the last to end puts Python's back."""
+
+    def __init__(self) -> None:
+        self._lock, self._studies, self._saved = threading.Lock(), 0, gc.get_threshold()
+
+    @contextlib.contextmanager
+    def for_a_study(self) -> Iterator[None]:
+        with self._lock:
+            if self._studies == 0:
+                self._saved = gc.get_threshold()
+                gc.freeze()
+                gc.set_threshold(*GC_THRESHOLD)
+            self._studies += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._studies -= 1
+                if self._studies == 0:
+                    gc.set_threshold(*self._saved)
+                    gc.unfreeze()
+
+
+_COLLECTOR = _Collector()
+
+
 def run_loop(main: Coroutine[Any, Any, Any]) -> Any:
     """Run ``main`` on a fresh event loop, as ``asyncio.run``, with the cyclic garbage collector set for a
     study: the objects alive at its start (modules, schemas, the study) frozen out of its passes, and a young
     generation of 100,000 objects instead of 700. With the default, a study with many requests in flight
     collected every few requests and walked every live run context each time: about a fifth of the CPU of an
     SDK call (benchmarks/README.md). Reference counting frees everything else as before; the collector's
-    settings are put back after."""
-    before = gc.get_threshold()
-    gc.freeze()
-    gc.set_threshold(*GC_THRESHOLD)
-    try:
+    settings are put back after (after the last, when studies run in several threads)."""
+    with _COLLECTOR.for_a_study():
         return asyncio.run(main)
-    finally:
-        gc.set_threshold(*before)
-        gc.unfreeze()
 
 
 def lanes(concurrency: int, workers: int) -> list[int]:

@@ -247,7 +247,7 @@ def test_the_study_cost_cap_holds_across_two_workers_and_a_later_run_resumes(tmp
 def test_a_study_loop_runs_with_fewer_collections_and_puts_the_collector_back():
     """run_loop (the event loop of ``run`` and of each worker): the objects alive before it frozen out of the
     collector's passes and the study's thresholds while it runs; Python's settings again after, even when
-    the study raised."""
+    the study raised, and only after the last of two studies running in two threads."""
     before = gc.get_threshold()
 
     async def study() -> tuple[tuple[int, int, int], int]:
@@ -263,3 +263,23 @@ def test_a_study_loop_runs_with_fewer_collections_and_puts_the_collector_back():
     with pytest.raises(ValueError, match="a study that failed"):
         run_loop(failing())
     assert gc.get_threshold() == before and gc.get_freeze_count() == 0
+
+    first_started, first_may_end, seen = threading.Event(), threading.Event(), []
+
+    async def first() -> None:  # starts first, ends first
+        first_started.set()
+        await asyncio.to_thread(first_may_end.wait)
+
+    async def second() -> None:  # starts while the first runs, ends after it
+        first_may_end.set()
+        await asyncio.to_thread(one.join)
+        seen.append(gc.get_threshold())
+
+    one = threading.Thread(target=run_loop, args=(first(),))
+    one.start()
+    first_started.wait()
+    two = threading.Thread(target=run_loop, args=(second(),))
+    two.start()
+    two.join()
+    assert seen == [GC_THRESHOLD]  # the first's end left the second's settings alone
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0  # put back by the last to end
