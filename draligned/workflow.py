@@ -32,7 +32,7 @@ from draligned.models.cache import CacheMode
 from draligned.runner import ProgressCallback, StudyResult, run_study
 from draligned.shards import StudyPart
 from draligned.study import StudyError, load_study
-from draligned.workers import in_workers
+from draligned.workers import in_workers, run_loop
 
 STUDY_ERRORS = (StudyError, CardError, ContractError, ModelError, ArchiveError)
 """What a study run raises for bad input or a damaged or locked archive (the CLI's exit 2), not a bug."""
@@ -107,7 +107,7 @@ def run_study_file(path: str | Path, archive: str | Path | None = None, cache: C
                 from draligned.distributed.ray_run import run_study_ray  # Ray is imported only when asked for
 
                 return run_study_ray(study, ray, progress, verify)
-            return asyncio.run(run_study(study, progress, verify, in_workers(workers), part))
+            return run_loop(run_study(study, progress, verify, in_workers(workers), part))
         except KeyboardInterrupt:
             interrupted = Archive(study.archive_root)
             if interrupted.root.is_dir():

@@ -4,6 +4,7 @@ study killed with SIGKILL mid-run resumed to exactly one finished run per slot."
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import signal
 import subprocess
@@ -16,9 +17,9 @@ import pytest
 
 from draligned.archive import Archive
 from draligned.cli import main
-from draligned.models.limits import ConnectionLimit, Outcome, SharedLimit
+from draligned.models.limits import ConnectionLimit, LeasedLimit, Lender
 from draligned.records import FINISHED
-from draligned.workers import lanes
+from draligned.workers import GC_THRESHOLD, lanes, run_loop
 from tests.loopback_wire import WireServer
 from tests.study_helpers import REPO, write_study
 from tests.test_gateway import sim_study  # the priced sim study of the cost-cap checks
@@ -131,30 +132,90 @@ def test_a_bad_worker_count_is_refused_before_anything_runs(tmp_path, monkeypatc
     assert not (tmp_path / "archive").exists()
 
 
-def test_shared_limits_of_two_workers_count_against_one_adaptive_limit():
-    """Two workers' SharedLimits over the parent's one adaptive limit (start 2, max 4): the third acquire
-    waits for a release from either, successes from both raise the limit, a 429 from one halves it for all."""
-    held = ConnectionLimit(2, 1, 4)
+class Leases:
+    """Workers' LeasedLimits over the parent's Lender, in one event loop: notices both ways are delivered in
+    order as the socket would (the parent's handling of each in a task of its own), requests are counted."""
 
-    async def ask(op: str, model: str, outcome: Outcome | None) -> int:
-        assert model == "m"
-        await (held.acquire() if op == "acquire" else held.release(outcome or "failed"))
-        return held.limit
+    def __init__(self, limit: ConnectionLimit) -> None:
+        self.lender = Lender("m", limit, lambda source, msg: self.leases[source].told(msg["limit"], msg["keep"]))
+        self.leases: dict[int, LeasedLimit] = {}
+        self.requests, self.tasks = 0, []
+
+    def lease(self, source: int, adaptive: bool) -> LeasedLimit:
+        async def ask(msg: dict[str, Any]) -> dict[str, Any]:
+            assert msg == {"op": "acquire", "model": "m"}
+            self.requests += 1
+            return await self.lender.grant(source)
+
+        def notify(msg: dict[str, Any]) -> None:
+            op = self.lender.give_back(source, msg["n"]) if msg["op"] == "release" else \
+                self.lender.report(msg["outcome"], msg["n"])
+            self.tasks.append(asyncio.ensure_future(op))
+
+        self.leases[source] = LeasedLimit(ask, notify, "m", adaptive)
+        return self.leases[source]
+
+    async def settle(self) -> None:
+        for _ in range(5):
+            await asyncio.sleep(0)
+        await asyncio.gather(*self.tasks)
+
+
+def test_leased_limits_of_two_workers_count_against_one_adaptive_limit():
+    """Two workers' leases of the parent's one adaptive limit (start 2, max 4): the third acquire waits for a
+    release from either, successes from both raise the limit, a 429 from one halves it for all."""
+    held = ConnectionLimit(2, 1, 4)
+    leases = Leases(held)
 
     async def scenario() -> None:
-        a, b = SharedLimit(ask, "m", adaptive=True), SharedLimit(ask, "m", adaptive=True)
+        a, b = leases.lease(1, adaptive=True), leases.lease(2, adaptive=True)
         await a.acquire()
         await b.acquire()
         third = asyncio.create_task(a.acquire())
-        await asyncio.sleep(0)
+        await leases.settle()
         assert not third.done()  # 2 in flight across both workers
         await b.release("ok")
+        await leases.settle()
         await third
         await a.release("ok")
-        assert a.limit == 3  # two successes (one from each worker) at limit 2: +1
+        await leases.settle()
+        assert a.limit == 3 == held.limit  # two successes (one from each worker) at limit 2: +1
         await a.release("throttled")
+        await leases.settle()
+        assert held.limit == 1 and leases.lender.held == {1: 0, 2: 0}  # a gave its kept places back
         await b.acquire()
         assert b.limit == 1 and a.adaptive and b.adaptive
+        blocked = asyncio.create_task(a.acquire())
+        await leases.settle()
+        assert not blocked.done()  # the halved limit holds across both
+        blocked.cancel()
+
+    asyncio.run(scenario())
+
+
+def test_a_worker_keeps_its_leased_places_while_no_one_waits_and_gives_them_back_when_one_does():
+    """A fixed limit of 2 over two workers: a worker's repeated requests ask the parent once (it keeps the
+    freed place); when the other's request must wait, the kept place goes back and is granted to it."""
+    held = ConnectionLimit(2)
+    leases = Leases(held)
+
+    async def scenario() -> None:
+        a, b = leases.lease(1, adaptive=False), leases.lease(2, adaptive=False)
+        for _ in range(3):
+            await a.acquire()
+            await a.acquire()
+            await a.release("ok")
+            await a.release("ok")
+        assert leases.requests == 2 and leases.lender.held == {1: 2}  # both kept, asked for once each
+        await b.acquire()  # waits until the parent has told a to give its kept places back
+        assert leases.lender.held == {1: 0, 2: 1} and leases.requests == 3
+        await a.acquire()
+        second = asyncio.create_task(a.acquire())
+        await leases.settle()
+        assert not second.done()  # 2 in flight: b's and a's
+        await b.release("ok")
+        await second
+        assert leases.lender.held == {1: 2, 2: 0}
 
     asyncio.run(scenario())
 
@@ -181,3 +242,44 @@ def test_the_study_cost_cap_holds_across_two_workers_and_a_later_run_resumes(tmp
     path.write_text(path.read_text().replace("max_cost_usd = 1.0", "max_cost_usd = 1000.0"))
     assert main(["run", str(path), "--workers", "2"]) == 0
     assert len(_finished_per_slot(Archive(tmp_path / "archive"))) == 6
+
+
+def test_a_study_loop_runs_with_fewer_collections_and_puts_the_collector_back():
+    """run_loop (the event loop of ``run`` and of each worker): the objects alive before it frozen out of the
+    collector's passes and the study's thresholds while it runs; Python's settings again after, even when
+    the study raised, and only after the last of two studies running in two threads."""
+    before = gc.get_threshold()
+
+    async def study() -> tuple[tuple[int, int, int], int]:
+        return gc.get_threshold(), gc.get_freeze_count()
+
+    threshold, frozen = run_loop(study())
+    assert threshold == GC_THRESHOLD != before and frozen > 1000
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0
+
+    async def failing() -> None:
+        raise ValueError("a study that failed")
+
+    with pytest.raises(ValueError, match="a study that failed"):
+        run_loop(failing())
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0
+
+    first_started, first_may_end, seen = threading.Event(), threading.Event(), []
+
+    async def first() -> None:  # starts first, ends first
+        first_started.set()
+        await asyncio.to_thread(first_may_end.wait)
+
+    async def second() -> None:  # starts while the first runs, ends after it
+        first_may_end.set()
+        await asyncio.to_thread(one.join)
+        seen.append(gc.get_threshold())
+
+    one = threading.Thread(target=run_loop, args=(first(),))
+    one.start()
+    first_started.wait()
+    two = threading.Thread(target=run_loop, args=(second(),))
+    two.start()
+    two.join()
+    assert seen == [GC_THRESHOLD]  # the first's end left the second's settings alone
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0  # put back by the last to end
