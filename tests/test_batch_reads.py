@@ -246,6 +246,7 @@ def test_a_synchronous_read_leaves_packets_of_an_open_batch_to_it(archive, tmp_p
     assert summary.read_ok == len(ReadStore(archive, ev.evaluator_id).batches()[0][0].custom_ids)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("protocol", "how"), [("openai-chat", signal.SIGINT), ("anthropic", signal.SIGKILL)])
 def test_a_killed_read_resumes_polling_the_same_batch_without_resubmitting(archive, tmp_path, capsys, protocol,
                                                                           how):
