@@ -69,11 +69,15 @@ def _no_network(monkeypatch: pytest.MonkeyPatch) -> None:
     _guard_network(monkeypatch)
 
 
-@pytest.fixture(autouse=True)
-def _one_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture(autouse=True, scope="session")
+def _one_worker() -> Iterator[None]:
     """``draligned run`` without ``--workers`` runs on one event loop: the suite already runs on every core
-    (pytest-xdist), and a spawned worker process per run would cost seconds. Tests of ``--workers`` say N."""
-    monkeypatch.setenv("DRALIGNED_WORKERS", "1")
+    (pytest-xdist), and a spawned worker process per run would cost seconds. Tests of ``--workers`` say N.
+    Set for the session, so that it holds in the module fixtures that run a study too (they are set up
+    before any function-scoped fixture)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DRALIGNED_WORKERS", "1")
+        yield
 
 
 @pytest.fixture

@@ -7,10 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -25,6 +22,7 @@ from draligned.indexing import connect
 from draligned.models.batch import BatchLine, chunks
 from draligned.models.batch_openai import OpenAIBatch
 from tests.batch_servers import AnthropicBatchServer, OpenAIBatchServer
+from tests.processes import start_cli
 from tests.study_helpers import REPO, run, write_evaluator, write_study
 
 KEY = "sk-batch-test-secret"
@@ -250,27 +248,28 @@ def test_a_synchronous_read_leaves_packets_of_an_open_batch_to_it(archive, tmp_p
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("protocol", "how"), [("openai-chat", signal.SIGINT), ("anthropic", signal.SIGKILL)])
-def test_a_killed_read_resumes_polling_the_same_batch_without_resubmitting(archive, tmp_path, protocol, how):
+def test_a_killed_read_resumes_polling_the_same_batch_without_resubmitting(archive, tmp_path, capsys, protocol,
+                                                                          how):
+    """The read is killed in a child process (Ctrl-C or kill -9) once it polled its submitted batch; the
+    same command, run again (here, in this process), resumes polling that batch and submits nothing."""
     with server_for(protocol, hold=True) as server:
         toml = evaluator_file(tmp_path, f"killed-{protocol}", protocol, server.base_url)
-        cmd = [sys.executable, "-m", "draligned.cli", "read", str(archive.root), "--evaluator", str(toml),
-               "--phase", "final", "--batch", "--poll-s", "0.05"]
-        env = {**os.environ, "PYTHONPATH": str(REPO)}
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        args = ["read", str(archive.root), "--evaluator", str(toml), "--phase", "final", "--batch", "--poll-s", "0.05"]
+        proc = start_cli(args, tmp_path / "killed.log")
         try:
             while not server.retrieved.wait(0.05):  # until the submitted batch has been polled once
-                assert proc.poll() is None, proc.communicate()[1].decode()
+                assert proc.poll() is None, (tmp_path / "killed.log").read_text()
         finally:
             proc.send_signal(how)
             code = proc.wait()
-        assert code == (130 if how == signal.SIGINT else -signal.SIGKILL)
+        assert code == (130 if how == signal.SIGINT else -signal.SIGKILL), (tmp_path / "killed.log").read_text()
         store = ReadStore(archive, f"killed-{protocol}")
         [job] = store.open_batches()  # persisted before polling began
         assert server.creates == 1 and read_files(archive, job.evaluator_id) == {}
         server.release()
-        done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
-    assert done.returncode == 0, done.stderr
-    summary = json.loads(done.stdout)
+        capsys.readouterr()
+        assert main(args) == 0, capsys.readouterr().err
+    summary = json.loads(capsys.readouterr().out)
     assert server.creates == 1 and summary["batches_resumed"] == [job.batch_id] and not summary["batches_submitted"]
     assert summary["read_ok"] == len(job.custom_ids) and store.open_batches() == []
     with connect(archive) as con:

@@ -24,6 +24,7 @@ from draligned.cli import main
 from draligned.indexing import DERIVED, verify
 from draligned.runner import LOCK_NAME
 from draligned.sandbox import workspace_root
+from tests.processes import run_cli_at_once
 from tests.study_helpers import REPO, write_study
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed")
@@ -78,11 +79,9 @@ def test_rebuilds_by_reindex_read_report_and_stats_at_once_all_succeed(small, tm
     a = str(archive.root)
     commands = [["archive", "reindex", a]] * 4 + [["read", a, "--evaluator", str(REPO / "evaluators/sim.toml")]] * 2
     commands += [["report", a, "--out", str(tmp_path / "report")], ["archive", "stats", a, "--json"]]
-    for _ in range(3):
-        procs = [subprocess.Popen([sys.executable, "-m", "draligned.cli", *c], stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.PIPE) for c in commands]
-        said = [p.communicate()[1].decode() for p in procs]
-        assert [(c, p.returncode, e) for c, p, e in zip(commands, procs, said, strict=True) if p.returncode] == []
+    for n in range(3):
+        done = run_cli_at_once(commands, tmp_path / f"round-{n}")
+        assert [(c, code, said) for c, (code, said) in zip(commands, done, strict=True) if code] == []
     assert _runs_in_index(archive) == 2 and verify(archive) == []
 
 
@@ -186,8 +185,9 @@ def _start_hw_run(tmp_path: Path, hold: bool) -> tuple[subprocess.Popen, Path]:
     """Start an H-W study in a subprocess; returns it and the workspace it made (once it made it)."""
     study = write_study(tmp_path, ["travel_budget_en.json"], extra='harnesses = ["H-W"]', latency_s=60)
     r, w = os.pipe()
-    proc = subprocess.Popen([sys.executable, "-c", SAY_WORKSPACE, str(study), str(w), "hold" if hold else "go"],
-                            pass_fds=(w,), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    with open(tmp_path / "run.log", "wb") as log:  # a file, not a pipe nobody reads until the end
+        proc = subprocess.Popen([sys.executable, "-c", SAY_WORKSPACE, str(study), str(w), "hold" if hold else "go"],
+                                pass_fds=(w,), stdout=log, stderr=subprocess.STDOUT)
     os.close(w)
     try:
         ready, _, _ = select.select([r], [], [], 300)  # a guard against a hang, not a timing
@@ -196,7 +196,8 @@ def _start_hw_run(tmp_path: Path, hold: bool) -> tuple[subprocess.Popen, Path]:
         os.close(r)
     if not said:
         proc.kill()
-        pytest.fail(proc.communicate()[1].decode())
+        proc.wait()
+        pytest.fail((tmp_path / "run.log").read_text())
     return proc, Path(said[0])
 
 
@@ -226,9 +227,10 @@ def test_a_killed_runs_workspace_is_removed_by_the_next_run(tmp_path):
 def test_sigterm_mid_run_exits_143_removes_the_workspace_and_keeps_the_archive_resumable(tmp_path):
     proc, workspace = _start_hw_run(tmp_path, hold=False)
     proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=300)
-    assert proc.returncode == 143, err.decode()
-    assert "interrupted (SIGTERM)" in err.decode() and "run the same command again" in err.decode()
+    code = proc.wait(timeout=300)
+    said = (tmp_path / "run.log").read_text()
+    assert code == 143, said
+    assert "interrupted (SIGTERM)" in said and "run the same command again" in said
     assert not workspace.exists()
     archive = Archive(tmp_path / "archive")
     assert archive.started_paths() and verify(archive) == []

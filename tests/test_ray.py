@@ -19,6 +19,9 @@ from tests.study_helpers import write_study
 ray = pytest.importorskip("ray", reason="Ray is the optional extra draligned[ray] (in the test extra)")
 
 NODE = {"num_cpus": 1, "object_store_memory": 80 * 1024**2}
+#: The head without what this study does not use (each a Python process to start): the dashboard, the
+#: autoscaler's monitor, the log monitor (the driver takes no worker logs).
+HEAD = {**NODE, "include_dashboard": False, "no_monitor": True, "include_log_monitor": False}
 
 
 @pytest.mark.slow
@@ -30,7 +33,7 @@ def test_a_node_lost_mid_study_costs_only_its_in_flight_runs(tmp_path: Path, mon
     monkeypatch.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # every node on 127.0.0.1: loopback only
     study = write_study(tmp_path, ["travel_budget_en.json", "career_mobility_en.json"], latency_s=0.05)
     single = run_study_file(study, tmp_path / "single")
-    cluster = Cluster(initialize_head=True, head_node_args={**NODE, "include_dashboard": False})
+    cluster = Cluster(initialize_head=True, head_node_args=HEAD)
     worker = cluster.add_node(**NODE)
     removed: list[int] = []
 

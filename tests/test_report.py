@@ -8,6 +8,7 @@ import json
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import duckdb
 import pytest
@@ -135,10 +136,17 @@ def test_report_without_states_says_so_and_keeps_the_rest(built):
     assert cess["rows"] == 0 and "no run in this archive searched a candidate pool" in cess["empty_reason"]
 
 
-def test_html_is_self_contained(built):
+@pytest.fixture(scope="module")
+def html_report(built) -> Path:
+    """The report of the built archive (its HTML and pages), built once for the tests that only read it."""
     tmp, archive, _, plan = built
     out = tmp / "out-html"
-    main(["report", str(archive.root), "--plan", str(plan), "--evaluator", "sim", "--out", str(out)])
+    assert main(["report", str(archive.root), "--plan", str(plan), "--evaluator", "sim", "--out", str(out)]) == 0
+    return out
+
+
+def test_html_is_self_contained(html_report):
+    out = html_report
     html = (out / "report.html").read_text()
     assert not re.search(r"""(?:src|href)\s*=\s*["'](?!#|data:|pages/)""", html)
     assert "<script" not in html and html.count("data:image/png;base64,") >= 6
@@ -156,15 +164,12 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 @pytest.mark.slow
 @pytest.mark.skipif(CHROMIUM is None, reason="no chromium binary on PATH (Debian: apt-get install chromium)")
-def test_html_renders_in_headless_chromium(built):
-    tmp, archive, _, plan = built
-    out = tmp / "out-browser"
-    main(["report", str(archive.root), "--plan", str(plan), "--evaluator", "sim", "--out", str(out)])
-    shot = out / "screenshot.png"
+def test_html_renders_in_headless_chromium(html_report, tmp_path):
+    out, shot = html_report, tmp_path / "screenshot.png"
     proc = subprocess.run(
         [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--enable-logging=stderr", f"--user-data-dir={tmp / 'chromium-profile'}", f"--screenshot={shot}",
+         "--enable-logging=stderr", f"--user-data-dir={tmp_path / 'chromium-profile'}", f"--screenshot={shot}",
          "--window-size=1280,2000", (out / "report.html").as_uri()],
         capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -7,8 +7,6 @@ import asyncio
 import gc
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from typing import Any
@@ -21,6 +19,7 @@ from draligned.models.limits import ConnectionLimit, LeasedLimit, Lender
 from draligned.records import FINISHED
 from draligned.workers import GC_THRESHOLD, lanes, run_loop
 from tests.loopback_wire import WireServer
+from tests.processes import start_cli
 from tests.study_helpers import REPO, write_study
 from tests.test_gateway import sim_study  # the priced sim study of the cost-cap checks
 
@@ -44,9 +43,7 @@ def test_a_study_killed_mid_run_with_two_workers_resumes_to_one_finished_run_per
     kept, verify clean."""
     study = write_study(tmp_path, ["car_insurance_2f_en.json", "career_mobility_en.json"], seeds=2,
                         latency_s=0.02)
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen([sys.executable, "-m", "draligned.cli", "run", str(study), "--workers", "2"],
-                            env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = start_cli(["run", str(study), "--workers", "2"], tmp_path / "killed.log", new_session=True)
     runs = tmp_path / "archive" / "runs"
     try:
         deadline = time.monotonic() + 300  # a guard against a hang, not a timing
@@ -57,7 +54,7 @@ def test_a_study_killed_mid_run_with_two_workers_resumes_to_one_finished_run_per
 
         # Kill once two runs are sealed and another has started (markers and records land in group commits).
         while (counts := sealed_and_started())[0] < 2 or counts[1] <= counts[0]:
-            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            assert proc.poll() is None, (tmp_path / "killed.log").read_text()
             assert time.monotonic() < deadline
             time.sleep(0.005)
     finally:

@@ -20,7 +20,8 @@ long page (60 paragraphs), a GBK page without a charset header, a GB2312 page mi
 a PDF, a redirect chain, a redirect loop, a redirect that sets a cookie (its target echoes any cookie
 sent back), a 5 MB page, a 404 and a PNG. Faults are planned per endpoint by request number
 (1-based): ``(status, headers)`` for an error status, ``"malformed"`` for a 200 that is not JSON,
-``"hang"`` for an answer later than any test timeout. ``log`` keeps every request (path, headers, body).
+``"hang"`` for an answer only once the server is closed (later than any test timeout). ``log`` keeps every
+request (path, headers, body).
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ from __future__ import annotations
 import json
 import re
 import threading
-import time
 import uuid
 import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -125,6 +125,7 @@ class _Server(Loopback):
     def __init__(self) -> None:
         self.log: list[dict[str, Any]] = []
         self.lock = threading.Lock()
+        self.closing = threading.Event()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -141,8 +142,8 @@ class _Server(Loopback):
                 with server.lock:
                     server.log.append(entry)
                 status, headers, body = server.answer(entry)
-                if status == -1:  # a hang: answer long after any test timeout
-                    time.sleep(3)
+                if status == -1:  # a hang: answer only once the test is done with the server (a sync client's
+                    server.closing.wait(60)  # thread, which no timeout can stop, then ends at once)
                     status, headers, body = 504, {}, b""
                 self.send_response(status)
                 for k, v in headers.items():
@@ -164,6 +165,10 @@ class _Server(Loopback):
         self.httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+
+    def __exit__(self, *exc: object) -> None:
+        self.closing.set()
+        super().__exit__(*exc)
 
     def answer(self, entry: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
         raise NotImplementedError

@@ -108,7 +108,9 @@ def html_document(url: str, html: str) -> CorpusDocument:
 
     text = trafilatura.extract(html, include_comments=False, include_tables=True, favor_recall=True,
                                deduplicate=False) or trafilatura.html2txt(html)
-    meta = trafilatura.extract_metadata(html)
+    # Only the title is kept: trafilatura finds it before and apart from the date, whose search ``extensive``
+    # widens to regex scans of the whole page (1.5 s of 1.7 s for a 5 MB page).
+    meta = trafilatura.extract_metadata(html, extensive=False)
     title = meta.title if meta is not None and meta.title else None
     if title is None and (m := _TITLE_RE.search(html)):
         title = re.sub(r"\s+", " ", m.group(1))
