@@ -1,9 +1,9 @@
 """Process memory settings for loading 10^6 trajectories: reuse freed memory instead of fresh pages.
 
-The loaders make temporaries of tens of MB per row group or chunk. glibc maps each such block
+The Parquet reader makes temporaries of tens of MB per row group. glibc maps each such block
 afresh and unmaps it when freed, and numpy asks for transparent huge pages for arrays of 4 MB and
 more; on a virtual machine the first touch of fresh memory is slow (free pages go back to the host),
-so the Parquet load of 10^6 trajectories spent more system than user time. Measured there
+so the Parquet load of 10^6 trajectories spent almost as much system time as user time. Measured there
 (benchmarks/README.md): system time 4.2 → 2.1 s, the load 9.6 → 6.5 CPU s.
 """
 

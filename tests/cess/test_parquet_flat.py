@@ -17,6 +17,7 @@ import pytest
 
 from draligned.cess.columns import TrajectoryColumns
 from draligned.cess.fastload import load_columns
+from draligned.cess.heap import keep_freed_memory
 from draligned.cess.parquet import load_parquet, write_nested_parquet, write_parquet
 from draligned.cess.parquet_flat import FLAT, FLAT_SCHEMA, LAYOUT_KEY
 from draligned.cess.trajectory import TrajectoryError, load_trajectories
@@ -153,3 +154,8 @@ def test_budget_of_any_integer_type_and_non_nullable_lists_read(tmp_path: Path) 
     strict = _flat_file(tmp_path / "b.parquet", rows, schema=FLAT_SCHEMA)
     _equal(load_parquet(small), load_parquet(strict))
     assert load_parquet(strict).trajectory_id == ["t1", "t2"]
+
+
+def test_keep_freed_memory_turns_numpys_huge_page_advice_off() -> None:
+    keep_freed_memory()
+    assert np._core.multiarray._set_madvise_hugepage(False) is False  # the setting it found: already off
