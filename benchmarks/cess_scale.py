@@ -16,7 +16,8 @@ export`'s format) to a temporary directory, and times:
 
 Wall and CPU seconds are both printed: on a machine shared with other jobs the wall time measures them.
 ``--dir DIR`` keeps the two files there and reuses them when they exist (generating them takes minutes;
-the in-memory columns are then read back from the Parquet file); ``--only`` runs some parts.
+the in-memory columns are then read back from the Parquet file; ``parquet_layout`` says which layout a
+reused file has: ``flat-1`` as ``cess export`` writes now, or the older ``nested``); ``--only`` runs some parts.
 
 Prints one JSON object: every figure next to its target.
 """
@@ -38,12 +39,14 @@ from typing import Any
 
 import numpy as np
 import orjson
+import pyarrow.parquet as pq
 
 from draligned.cess.column_estimators import estimate_columns
 from draligned.cess.columns import NEVER, ColumnBuilder, TrajectoryColumns
 from draligned.cess.estimators import trajectory_estimates
 from draligned.cess.metrics import cluster_ci
 from draligned.cess.parquet import load_parquet, write_parquet
+from draligned.cess.parquet_flat import LAYOUT_KEY
 from draligned.cess.trajectory import load_trajectories
 
 N_DOCS, BUDGET, STOP, SEED, CHUNK = 20, 10, 0.02, 14, 20_000
@@ -187,6 +190,7 @@ def main() -> None:
         report: dict[str, Any] = {
             "trajectories": args.trajectories, "docs": N_DOCS, "budget": BUDGET,
             "jsonl_mb": round(jsonl.stat().st_size / 2**20), "parquet_mb": round(parquet.stat().st_size / 2**20),
+            "parquet_layout": (pq.read_metadata(parquet).metadata or {}).get(LAYOUT_KEY, b"nested").decode(),
             "setup_seconds": round(time.perf_counter() - start, 1)}
         if "estimators" in args.only:
             cols = cols or load_parquet(parquet)

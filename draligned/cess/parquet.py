@@ -1,8 +1,11 @@
-"""Trajectories as Parquet: one row per trajectory, the JSON Lines record's fields as columns.
+"""Trajectories as Parquet: one row per trajectory, in one of two layouts.
 
-``pool`` and ``rounds`` are nested exactly as in the JSON record (a struct, a list of structs), so
-a row reads back as the same record; an absent optional field is NULL. DuckDB writes the file.
-:func:`load_parquet` checks the column types (DuckDB), then every rule of the JSON Lines loader with
+``cess export`` writes the flat layout (:mod:`draligned.cess.parquet_flat`: lists of primitives,
+named in the file's metadata), which decodes fastest. Files written before it have the nested
+layout: ``pool`` and ``rounds`` nested exactly as in the JSON record (a struct, a list of structs),
+so a row reads back as the same record; an absent optional field is NULL. :func:`load_parquet`
+reads either, chosen by the file's metadata. For the nested layout it checks the column types
+(DuckDB), then every rule of the JSON Lines loader with
 vectorised numpy over the columns pyarrow decodes (:mod:`draligned.cess.parquet_batch`: DuckDB's
 conversion of 1.8 × 10^8 nested doubles to numpy alone takes longer than the 2 s target at 10^6
 trajectories, pyarrow hands them over as views); a row that fails is read back as a record and explained by the same
@@ -16,17 +19,19 @@ from __future__ import annotations
 import math
 import os
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import duckdb
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from draligned.cess.columns import ColumnBuilder, TrajectoryColumns
 from draligned.cess.parquet_batch import Checked, check_batch
+from draligned.cess.parquet_flat import FLAT, FLAT_SCHEMA, LAYOUT_KEY, check_flat_batch, flat_record, flatten_batch
 from draligned.cess.trajectory import TrajectoryError, check_record
 
 COLUMNS = {
@@ -37,7 +42,7 @@ COLUMNS = {
     "pool": "STRUCT(doc_ids VARCHAR[], y DOUBLE[], m DOUBLE[])",
     "rounds": "STRUCT(probs DOUBLE[], chosen VARCHAR, stop_prob DOUBLE, y DOUBLE)[]",
 }
-"""The Parquet schema: the JSON Lines record's fields, in DuckDB types."""
+"""The nested layout's schema: the JSON Lines record's fields, in DuckDB types."""
 ROW_GROUP_ROWS = 16_384
 """Rows per row group written: the reader decodes one at a time, so smaller groups bound its memory
 (DuckDB's default of 122,880 rows held ~0.6 GB more at 10^6 trajectories); any size reads."""
@@ -47,12 +52,28 @@ def _literal(path: Path) -> str:
     return "'" + str(path).replace("'", "''") + "'"
 
 
-def write_parquet(jsonl: Path, out: Path) -> None:
-    """Convert a JSON Lines trajectory file (validated already) to Parquet with :data:`COLUMNS`."""
+def _read_json(jsonl: Path) -> str:
     columns = "{" + ", ".join(f"{name}: '{kind}'" for name, kind in COLUMNS.items()) + "}"
-    duckdb.connect().execute(
-        f"COPY (SELECT * FROM read_json({_literal(jsonl)}, format = 'newline_delimited', columns = {columns}))"
-        f" TO {_literal(out)} (FORMAT parquet, ROW_GROUP_SIZE {ROW_GROUP_ROWS})")
+    return f"SELECT * FROM read_json({_literal(jsonl)}, format = 'newline_delimited', columns = {columns})"
+
+
+def write_parquet(jsonl: Path, out: Path) -> None:
+    """Convert a JSON Lines trajectory file (validated already) to Parquet in the flat layout.
+
+    DuckDB parses the lines into the nested columns, batch by batch; each batch is flattened and
+    written uncompressed (random doubles do not compress, and a codec only slows the decode; the
+    strings are dictionary-encoded)."""
+    reader = duckdb.connect().sql(_read_json(jsonl)).to_arrow_reader(ROW_GROUP_ROWS)
+    strings = ["task_id", "ranking", "doc_ids.list.element", "chosen.list.element"]
+    with pq.ParquetWriter(out, FLAT_SCHEMA, compression="none", use_dictionary=strings) as writer:
+        for batch in reader:
+            writer.write_batch(flatten_batch(batch), row_group_size=ROW_GROUP_ROWS)
+
+
+def write_nested_parquet(jsonl: Path, out: Path) -> None:
+    """The nested layout that ``cess export`` wrote before the flat one (benchmarks and tests compare the two)."""
+    duckdb.connect().execute(f"COPY ({_read_json(jsonl)}) TO {_literal(out)} "
+                             f"(FORMAT parquet, ROW_GROUP_SIZE {ROW_GROUP_ROWS})")
 
 
 def _schema_problem(con: duckdb.DuckDBPyConnection) -> TrajectoryError | None:
@@ -70,6 +91,26 @@ def _schema_problem(con: duckdb.DuckDBPyConnection) -> TrajectoryError | None:
     return None
 
 
+def _flat_schema_problem(found: pa.Schema) -> TrajectoryError | None:
+    """The flat layout's columns, in its order; lists compare by item type (nullability is free),
+    and any integer type holds the budget."""
+    def kind(t: pa.DataType) -> str:
+        return f"list<{t.value_type}>" if pa.types.is_list(t) else str(t)
+
+    for field in FLAT_SCHEMA:
+        if field.name not in found.names:
+            return TrajectoryError(0, field.name, f"column missing (expected {kind(field.type)})", where="schema")
+        got = found.field(field.name).type
+        if kind(got) != kind(field.type) and not (field.name == "budget" and pa.types.is_integer(got)):
+            return TrajectoryError(0, field.name, f"has type {kind(got)}, expected {kind(field.type)}",
+                                   where="schema")
+    extra = [name for name in found.names if name not in FLAT_SCHEMA.names]
+    if extra:
+        return TrajectoryError(0, extra[0], f"unexpected column (the columns are {', '.join(FLAT_SCHEMA.names)})",
+                               where="schema")
+    return None
+
+
 def _nonfinite(value: Any, path: str) -> Iterator[str]:
     """Paths of NaN and infinite numbers in a record (JSON has none; Parquet can)."""
     if isinstance(value, float) and not math.isfinite(value):
@@ -82,11 +123,32 @@ def _nonfinite(value: Any, path: str) -> Iterator[str]:
             yield from _nonfinite(item, f"{path}[{i}]")
 
 
-def _explain(con: duckdb.DuckDBPyConnection, row: int) -> TrajectoryError | None:
+def _nested_row(con: duckdb.DuckDBPyConnection) -> Callable[[int], dict[str, Any]]:
+    def read(row: int) -> dict[str, Any]:
+        cursor = con.execute("SELECT * EXCLUDE (row) FROM t WHERE row = ?", [row])
+        return dict(zip([d[0] for d in cursor.description], cursor.fetchone() or (), strict=True))
+    return read
+
+
+def _flat_row(path: Path) -> Callable[[int], dict[str, Any]]:
+    """Reads row ``row`` (from 1) of a flat file back as its JSON record (see :func:`flat_record`)."""
+    file = pq.ParquetFile(path)
+    sizes = np.cumsum([file.metadata.row_group(g).num_rows for g in range(file.metadata.num_row_groups)])
+
+    def read(row: int) -> dict[str, Any]:
+        group = int(np.searchsorted(sizes, row))
+        first = int(sizes[group - 1]) if group else 0
+        values = file.read_row_group(group).slice(row - 1 - first, 1).to_pylist()[0]
+        return flat_record(values, row, f"row {row} (trajectory_id {values['trajectory_id']!r})")
+    return read
+
+
+def _explain(read: Callable[[int], dict[str, Any]], row: int) -> TrajectoryError | None:
     """The full validator's verdict on one row (None: valid after all, e.g. a sum just within tolerance)."""
-    cursor = con.execute("SELECT * EXCLUDE (row) FROM t WHERE row = ?", [row])
-    names = [d[0] for d in cursor.description]
-    record = dict(zip(names, cursor.fetchone() or (), strict=True))
+    try:
+        record = read(row)
+    except TrajectoryError as exc:
+        return exc
     where = f"row {row} (trajectory_id {record.get('trajectory_id')!r})"
     for field in _nonfinite(record, ""):
         return TrajectoryError(row, field, "is not a finite number (NaN and infinities are not allowed)", where)
@@ -97,7 +159,7 @@ def _explain(con: duckdb.DuckDBPyConnection, row: int) -> TrajectoryError | None
     return None
 
 
-def _first_error(con: duckdb.DuckDBPyConnection, suspects: np.ndarray, ids: list[str], rows: np.ndarray) -> None:
+def _first_error(read: Callable[[int], dict[str, Any]], suspects: np.ndarray, ids: list[str], rows: np.ndarray) -> None:
     """Raise for the first row that is invalid or repeats an earlier trajectory id."""
     seen: dict[str, int] = {}
     duplicate = None
@@ -110,27 +172,30 @@ def _first_error(con: duckdb.DuckDBPyConnection, suspects: np.ndarray, ids: list
     for row in np.unique(suspects).tolist():
         if duplicate is not None and row > duplicate.line:
             break
-        error = _explain(con, row)
+        error = _explain(read, row)
         if error is not None:
             raise error
     if duplicate is not None:
         raise duplicate
 
 
-def _checked_group(path: Path, group: int) -> list[Checked]:
+def _checked_group(path: Path, group: int, flat: bool) -> list[Checked]:
     """One row group decoded by pyarrow and checked batch by batch (:func:`check_batch`)."""
-    table = pq.ParquetFile(path).read_row_group(group, columns=list(COLUMNS), use_threads=False)
-    return [check_batch(batch) for batch in table.to_batches()]
+    names, check = (FLAT_SCHEMA.names, check_flat_batch) if flat else (list(COLUMNS), check_batch)
+    codes = ["doc_ids.list.element", "chosen.list.element"] if flat else None  # decoded as dictionaries
+    file = pq.ParquetFile(path, memory_map=True, read_dictionary=codes)
+    table = file.read_row_group(group, columns=names, use_threads=False)
+    return [check(batch) for batch in table.to_batches()]
 
 
-def _checked_groups(path: Path, workers: int) -> Iterator[Checked]:
+def _checked_groups(path: Path, workers: int, flat: bool) -> Iterator[Checked]:
     """Every batch of the file checked, in file order; row groups are decoded and checked in ``workers``
     threads (pyarrow and numpy release the GIL), at most 2 × ``workers`` groups in memory."""
     groups = pq.ParquetFile(path).metadata.num_row_groups
     with ThreadPoolExecutor(workers) as pool:
         pending: deque[Future[list[Checked]]] = deque()
         for group in range(groups):
-            pending.append(pool.submit(_checked_group, path, group))
+            pending.append(pool.submit(_checked_group, path, group, flat))
             if len(pending) >= 2 * workers:
                 yield from pending.popleft().result()
         while pending:
@@ -141,20 +206,36 @@ def load_parquet(path: str | Path, workers: int | None = None) -> TrajectoryColu
     """Read and validate a Parquet trajectory file (see the module docstring) as columns.
 
     pyarrow decodes it row group by row group, in ``workers`` threads (default: one per core), into flat
-    arrays that numpy checks (:mod:`draligned.cess.parquet_batch`);
-    DuckDB checks the schema and reads back a suspect row for the full validator.
+    arrays that numpy checks (:mod:`draligned.cess.parquet_batch`). The file's metadata names its layout;
+    the schema is checked first (pyarrow for the flat layout, DuckDB for the nested one), and a suspect
+    row is read back as its record for the full validator.
     """
-    con = duckdb.connect()
-    con.execute("CREATE VIEW t AS SELECT file_row_number + 1 AS row, * EXCLUDE (file_row_number) "
-                f"FROM read_parquet({_literal(Path(path))}, file_row_number = true)")
-    if (problem := _schema_problem(con)) is not None:
-        raise problem
+    path = Path(path)
+    try:
+        meta = pq.read_metadata(path)
+    except pa.ArrowException as exc:
+        raise TrajectoryError(0, "<file>", f"not a readable Parquet file ({exc})", where="file") from exc
+    layout = (meta.metadata or {}).get(LAYOUT_KEY)
+    if layout not in (None, FLAT):
+        raise TrajectoryError(0, LAYOUT_KEY.decode(), f"unknown layout {layout!r} (this version reads {FLAT!r})",
+                              where="metadata")
+    if layout == FLAT:
+        if (problem := _flat_schema_problem(meta.schema.to_arrow_schema())) is not None:
+            raise problem
+        read = _flat_row(path)
+    else:
+        con = duckdb.connect()
+        con.execute("CREATE VIEW t AS SELECT file_row_number + 1 AS row, * EXCLUDE (file_row_number) "
+                    f"FROM read_parquet({_literal(path)}, file_row_number = true)")
+        if (problem := _schema_problem(con)) is not None:
+            raise problem
+        read = _nested_row(con)
     builder, suspects, first_row = ColumnBuilder(), [], 1
-    for bad, arrays, ids, tasks in _checked_groups(Path(path), workers or os.cpu_count() or 1):
+    for bad, arrays, ids, tasks in _checked_groups(path, workers or os.cpu_count() or 1, layout == FLAT):
         suspects.append(np.nonzero(bad)[0] + first_row)
         builder.extend(ids, tasks, **arrays)
         first_row += len(bad)
     if not builder.ids:
         raise TrajectoryError(0, "<file>", "no trajectories (the file has no rows)", where="rows")
-    _first_error(con, np.concatenate(suspects), builder.ids, np.arange(1, first_row))
+    _first_error(read, np.concatenate(suspects), builder.ids, np.arange(1, first_row))
     return builder.build()

@@ -101,7 +101,7 @@ def check_batch(batch: pa.RecordBatch) -> Checked:
     doc_off, doc_values = _unlist(doc_ids)
     n = np.diff(doc_off)
     owner_d = np.repeat(np.arange(b), n)
-    encoded = pc.dictionary_encode(doc_values)
+    encoded = _encoded(doc_values)
     doc_codes = np.asarray(pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False), np.int32)
     empty = pc.index(encoded.dictionary, "").as_py()
     bad |= _nulls(doc_ids) | (n == 0) | _any_per(owner_d, (doc_codes < 0) | (doc_codes == empty), b)
@@ -135,7 +135,10 @@ def check_batch(batch: pa.RecordBatch) -> Checked:
     owner_r = np.repeat(np.arange(b), n_rounds)
     bad |= _nulls(rounds) | (n_rounds == 0) | (n_rounds > budget_f) | _any_per(owner_r, _nulls(r_values), b)
     probs, chosen_ids, stop_prob, round_y = r_values.flatten()
-    chosen_codes = pc.index_in(chosen_ids, value_set=encoded.dictionary)
+    if pa.types.is_dictionary(chosen_ids.type):  # as Parquet stores it: look up the few distinct ids
+        chosen_codes = pc.take(pc.index_in(chosen_ids.dictionary, value_set=encoded.dictionary), chosen_ids.indices)
+    else:
+        chosen_codes = pc.index_in(chosen_ids, value_set=encoded.dictionary)
     chosen, repeated = _choices(doc_codes, doc_off, n, owner_r,
                                 np.asarray(pc.fill_null(chosen_codes, -2).to_numpy(zero_copy_only=False), np.int32))
     bad |= repeated
@@ -171,6 +174,17 @@ def check_batch(batch: pa.RecordBatch) -> Checked:
     # Copies of what views Arrow's buffers, so the decoded batch (whose buffers may be over-allocated) is freed
     own = {name: value if value.base is None else value.copy() for name, value in arrays.items()}
     return bad, own, ids.to_pylist(), _shared_strings(tasks)
+
+
+def _encoded(values: pa.Array) -> pa.DictionaryArray:
+    """Strings as a dictionary array with distinct entries (equal ids, equal codes). A dictionary
+    decoded from Parquet is kept (decoding its strings costs more than all the checks) unless another
+    writer repeated an entry in it."""
+    if pa.types.is_dictionary(values.type):
+        if len(pc.unique(values.dictionary)) == len(values.dictionary):
+            return values
+        values = values.cast(values.type.value_type)
+    return pc.dictionary_encode(values)
 
 
 def _shared_strings(arr: pa.Array) -> list[str]:

@@ -1,4 +1,5 @@
-"""Parquet trajectories: the same columns as the JSON Lines file, the same rules, errors naming row and field."""
+"""Parquet trajectories in the nested layout (files exported before the flat one): the same columns as the JSON
+Lines file, the same rules, errors naming row and field. The flat layout: tests/cess/test_parquet_flat.py."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import numpy as np
 import pytest
 
 from draligned.cess.fastload import load_columns
-from draligned.cess.parquet import COLUMNS, load_parquet, write_parquet
+from draligned.cess.parquet import COLUMNS, load_parquet, write_nested_parquet
 from draligned.cess.trajectory import TrajectoryError, load_trajectories
 from draligned.cli import main
 from tests.cess.test_columns import varied_trajectory
@@ -23,7 +24,7 @@ from tests.cess.test_trajectory import CASES, VALID
 def _files(tmp_path: Path, records: list[dict]) -> tuple[Path, Path]:
     jsonl, parquet = tmp_path / "t.jsonl", tmp_path / "t.parquet"
     jsonl.write_text("".join(json.dumps(r) + "\n" for r in records))
-    write_parquet(jsonl, parquet)
+    write_nested_parquet(jsonl, parquet)
     return jsonl, parquet
 
 

@@ -1,0 +1,151 @@
+"""The flat Parquet layout of trajectories: every column a string, an integer or a list of primitives.
+
+One row per trajectory, as in the nested layout (:mod:`draligned.cess.parquet`), but the rounds are
+not a list of structs: each round field is its own list with one entry per round (``chosen``,
+``stop_prob``, ``round_y``), and ``probs`` holds all T × N probabilities of the trajectory, round by
+round. Pool fields are ``doc_ids``, ``doc_y``, ``doc_m``. The file's key-value metadata names the
+layout (:data:`LAYOUT_KEY` = :data:`FLAT`), so a reader tells the two apart by the file, not its name.
+Decoding flat lists of doubles is cheaper than a list of structs of lists (measured in
+benchmarks/README.md), and the per-round ``probs`` offsets follow from T and N.
+
+The checks are those of the nested layout: :func:`check_flat_batch` checks the lengths the layout
+adds (each round list has T entries, ``probs`` T × N), rebuilds the nested arrays as views and runs
+:func:`~draligned.cess.parquet_batch.check_batch`; :func:`flat_record` turns a suspect row back into
+the JSON record for the full validator, so errors name the row and the record's field (or the flat
+column, for a length only this layout has).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from draligned.cess.parquet_batch import Checked, check_batch
+from draligned.cess.trajectory import TrajectoryError
+
+LAYOUT_KEY = b"draligned.cess.layout"
+"""Parquet key-value metadata key naming the layout; absent in the nested files written before."""
+FLAT = b"flat-1"
+"""The value of :data:`LAYOUT_KEY` for this layout."""
+
+
+def _list(kind: pa.DataType, items_null: bool = False) -> pa.DataType:
+    return pa.list_(pa.field("item", kind, nullable=items_null))
+
+
+FLAT_SCHEMA = pa.schema([
+    ("trajectory_id", pa.string()), ("task_id", pa.string()), ("ranking", pa.string()), ("budget", pa.int64()),
+    pa.field("doc_ids", _list(pa.string()), nullable=False), ("doc_y", _list(pa.float64(), items_null=True)),
+    ("doc_m", _list(pa.float64())), pa.field("chosen", _list(pa.string()), nullable=False),
+    pa.field("stop_prob", _list(pa.float64()), nullable=False), pa.field("round_y", _list(pa.float64(), True),
+                                                                           nullable=False),
+    pa.field("probs", _list(pa.float64()), nullable=False),
+], metadata={LAYOUT_KEY: FLAT})
+"""The columns of the flat layout as written (NULL: an absent optional field, as in the nested layout).
+Lists and numbers that are never absent are written non-nullable (fewer levels to decode: the
+probabilities decode in about 60% of the time); a reader takes either."""
+ROUND_LISTS = ("stop_prob", "round_y")
+"""Round fields besides ``chosen``: one entry per round each."""
+
+
+def _offsets(arr: pa.Array) -> np.ndarray:
+    off = np.asarray(arr.offsets, np.int64)
+    return off - off[0]
+
+
+def _values(arr: pa.Array) -> pa.Array:
+    off = np.asarray(arr.offsets, np.int64)
+    return arr.values.slice(int(off[0]), int(off[-1] - off[0]))
+
+
+def flatten_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """A nested-layout batch (the JSON record's shape) in the flat layout; views where Arrow allows.
+
+    The batch holds validated trajectories: NULL rounds or probability lists are refused."""
+    rounds = batch.column("rounds")
+    steps = pc.list_flatten(rounds)
+    probs, chosen, stop, round_y = steps.flatten()
+    if rounds.null_count or steps.null_count or probs.null_count:
+        raise ValueError("flat layout: NULL rounds or probabilities (the trajectories are not validated)")
+    r_off = pa.array(_offsets(rounds).astype(np.int32))
+    p_off = np.asarray(probs.offsets, np.int64)[_offsets(rounds)]
+    flat_probs = pa.ListArray.from_arrays(pa.array((p_off - p_off[0]).astype(np.int32)), _values(probs))
+    doc_ids, doc_y, doc_m = batch.column("pool").flatten()
+    columns = [batch.column(name) for name in ("trajectory_id", "task_id", "ranking")]
+    columns += [pc.cast(batch.column("budget"), pa.int64()), doc_ids, doc_y, doc_m]
+    columns += [pa.ListArray.from_arrays(r_off, values) for values in (chosen, stop, round_y)] + [flat_probs]
+    return pa.RecordBatch.from_arrays([c.cast(f.type) for c, f in zip(columns, FLAT_SCHEMA, strict=True)],
+                                      schema=FLAT_SCHEMA)
+
+
+def _shape_faults(batch: pa.RecordBatch) -> np.ndarray:
+    """Per row, whether a list the layout adds is NULL or of the wrong length (T entries, T × N probs)."""
+    col = batch.column
+    t, n = pc.list_value_length(col("chosen")), pc.list_value_length(col("doc_ids"))
+    faults = [pc.is_null(col("chosen")), pc.is_null(col("doc_ids")), pc.is_null(col("probs")),
+              pc.not_equal(pc.list_value_length(col("probs")), pc.multiply(t, n))]
+    faults += [pc.is_null(col(name)) for name in ROUND_LISTS]
+    faults += [pc.not_equal(pc.list_value_length(col(name)), t) for name in ROUND_LISTS]
+    bad = np.zeros(batch.num_rows, bool)
+    for fault in faults:
+        bad |= np.asarray(pc.fill_null(fault, True).to_numpy(zero_copy_only=False), bool)
+    return bad
+
+
+def nested_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """A flat-layout batch of well-shaped rows (see :func:`_shape_faults`) as the nested layout's arrays
+    (views: only the per-round ``probs`` offsets are computed)."""
+    col = batch.column
+    r_off, n = _offsets(col("chosen")), np.diff(_offsets(col("doc_ids")))
+    t = np.diff(r_off)
+    owner = np.repeat(np.arange(batch.num_rows), t)
+    step = np.arange(len(owner)) - r_off[:-1][owner]
+    p_off = _offsets(col("probs"))
+    round_off = np.append(p_off[:-1][owner] + step * n[owner], p_off[-1]).astype(np.int32)
+    probs = pa.ListArray.from_arrays(pa.array(round_off), _values(col("probs")))
+    steps = pa.StructArray.from_arrays([probs, _values(col("chosen"))] + [_values(col(name)) for name in ROUND_LISTS],
+                                       names=["probs", "chosen", "stop_prob", "y"])
+    pool = pa.StructArray.from_arrays([col("doc_ids"), col("doc_y"), col("doc_m")], names=["doc_ids", "y", "m"])
+    rounds = pa.ListArray.from_arrays(pa.array(r_off.astype(np.int32)), steps)
+    return pa.RecordBatch.from_arrays([col("trajectory_id"), col("task_id"), col("ranking"), col("budget"), pool,
+                                       rounds], names=["trajectory_id", "task_id", "ranking", "budget", "pool",
+                                                       "rounds"])
+
+
+def check_flat_batch(batch: pa.RecordBatch) -> Checked:
+    """:func:`~draligned.cess.parquet_batch.check_batch` for a flat batch: a row with a badly shaped list
+    is suspect, and the rest are checked as nested arrays (the arrays are then of those rows only: the
+    load fails on the suspect row, so they are never used)."""
+    faults = _shape_faults(batch)
+    if not faults.any():
+        return check_batch(nested_batch(batch))
+    bad, arrays, _, tasks = check_batch(nested_batch(batch.filter(pa.array(~faults))))
+    every = faults.copy()
+    every[np.nonzero(~faults)[0][bad]] = True
+    return every, arrays, batch.column("trajectory_id").to_pylist(), tasks
+
+
+def flat_record(row: dict[str, Any], line: int, where: str) -> dict[str, Any]:
+    """The JSON record of one flat row (for the full validator); raises for a list only this layout has
+    that is NULL or has the wrong length, naming the column."""
+    def fault(field: str, message: str) -> TrajectoryError:
+        return TrajectoryError(line, field, message, where)
+
+    docs, chosen, probs = row["doc_ids"], row["chosen"], row["probs"]
+    for name in ("doc_ids", "chosen", "probs", *ROUND_LISTS):
+        if row[name] is None:
+            raise fault(name, "is NULL (a list is required: use [] or a list of NULLs for absent values)")
+    t, n = len(chosen), len(docs)
+    for name in ROUND_LISTS:
+        if len(row[name]) != t:
+            raise fault(name, f"has {len(row[name])} entries, expected {t} (one per round, as in chosen)")
+    if len(probs) != t * n:
+        raise fault("probs", f"has {len(probs)} values, expected {t} rounds × {n} documents = {t * n}")
+    rounds = [{"probs": probs[k * n:(k + 1) * n], "chosen": chosen[k], "stop_prob": row["stop_prob"][k],
+               "y": row["round_y"][k]} for k in range(t)]
+    return {"trajectory_id": row["trajectory_id"], "task_id": row["task_id"], "ranking": row["ranking"],
+            "budget": row["budget"], "pool": {"doc_ids": docs, "y": row["doc_y"], "m": row["doc_m"]},
+            "rounds": rounds}

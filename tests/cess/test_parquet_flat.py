@@ -1,0 +1,161 @@
+"""The flat Parquet layout `cess export` writes: the columns of the nested layout and of JSON Lines exactly,
+every rule checked, errors naming row and field (the record's field, or the flat column for a list length)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from draligned.cess.columns import TrajectoryColumns
+from draligned.cess.fastload import load_columns
+from draligned.cess.heap import keep_freed_memory
+from draligned.cess.parquet import load_parquet, write_nested_parquet, write_parquet
+from draligned.cess.parquet_flat import FLAT, FLAT_SCHEMA, LAYOUT_KEY
+from draligned.cess.trajectory import TrajectoryError, load_trajectories
+from tests.cess.test_columns import varied_trajectory
+from tests.cess.test_parquet import ROW_CASES
+from tests.cess.test_trajectory import VALID
+
+FIELDS = ("budget", "doc_start", "doc_m", "doc_y", "first_support", "round_start", "chosen", "y", "p", "stop",
+          "full_support")
+NULLABLE = pa.schema([pa.field(f.name, pa.list_(f.type.value_type) if pa.types.is_list(f.type) else f.type)
+                      for f in FLAT_SCHEMA], metadata=FLAT_SCHEMA.metadata)
+"""The flat columns with every list and item nullable: what another writer may produce."""
+
+
+def _equal(a: TrajectoryColumns, b: TrajectoryColumns) -> None:
+    assert a.trajectory_id == b.trajectory_id and a.task_id == b.task_id
+    for name in FIELDS:
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
+
+
+def flat_row(record: dict[str, Any]) -> dict[str, Any]:
+    """A JSON record as one flat row, written here by hand (not by the code under test)."""
+    pool, rounds = record.get("pool", {}), record.get("rounds", [])
+    return {"trajectory_id": record.get("trajectory_id"), "task_id": record.get("task_id"),
+            "ranking": record.get("ranking"), "budget": record.get("budget"), "doc_ids": pool.get("doc_ids"),
+            "doc_y": pool.get("y"), "doc_m": pool.get("m"), "chosen": [r.get("chosen") for r in rounds],
+            "stop_prob": [r.get("stop_prob") for r in rounds], "round_y": [r.get("y") for r in rounds],
+            "probs": [p for r in rounds for p in r.get("probs", [])]}
+
+
+def _flat_file(path: Path, rows: list[dict[str, Any]], schema: pa.Schema = NULLABLE, **kw: Any) -> Path:
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), path, **kw)
+    return path
+
+
+def test_flat_nested_and_json_lines_give_exactly_the_same_columns(tmp_path: Path) -> None:
+    rng = random.Random(3)
+    records = [varied_trajectory(rng, i) for i in range(300)]
+    jsonl, flat, nested = tmp_path / "t.jsonl", tmp_path / "t.parquet", tmp_path / "n.parquet"
+    jsonl.write_text("".join(json.dumps(r) + "\n" for r in records))
+    write_parquet(jsonl, flat)
+    write_nested_parquet(jsonl, nested)
+    assert pq.read_metadata(flat).metadata[LAYOUT_KEY] == FLAT and not pq.read_metadata(nested).metadata
+    assert pq.read_schema(flat).remove_metadata() == FLAT_SCHEMA.remove_metadata()
+    from_flat = load_parquet(flat)
+    _equal(from_flat, load_columns(jsonl))
+    _equal(from_flat, load_parquet(nested))
+    by_hand = _flat_file(tmp_path / "h.parquet", [flat_row(r) for r in records], row_group_size=7)  # 43 groups
+    _equal(load_parquet(by_hand, workers=2), from_flat)
+    assert not from_flat.full_support.all() and np.isnan(from_flat.doc_y).any()
+
+
+@pytest.mark.parametrize(("name", "mutate", "field", "message"), ROW_CASES, ids=[c[0] for c in ROW_CASES])
+def test_a_bad_flat_row_is_named_by_row_trajectory_and_field(
+        tmp_path: Path, name: str, mutate: Callable[[dict], None], field: str, message: str) -> None:
+    rng = random.Random(8)
+    good = [varied_trajectory(rng, i) for i in range(30)]
+    bad = copy.deepcopy(VALID) | {"trajectory_id": "bad"}
+    mutate(bad)
+    path = _flat_file(tmp_path / "t.parquet", [flat_row(r) for r in [*good, bad, VALID]], row_group_size=8)
+    with pytest.raises(TrajectoryError) as info:
+        load_parquet(path)
+    assert str(info.value).startswith(f"row 31 (trajectory_id 'bad'): {info.value.field}: ")
+    if name == "probs length differs from N":  # the flat list holds every round's probabilities
+        assert (info.value.field, info.value.message) == ("probs", "has 5 values, expected 2 rounds × 3 documents = 6")
+        return
+    if name == "missing required field":  # a missing value is a NULL in the column
+        assert (info.value.field, info.value.message) == (field, "None is not of type 'number'")
+        return
+    jsonl = tmp_path / "t.jsonl"
+    jsonl.write_text(json.dumps(bad) + "\n")
+    with pytest.raises(TrajectoryError) as slow:
+        load_trajectories(jsonl)
+    assert (info.value.field, info.value.message) == (field, slow.value.message)
+
+
+def _set(column: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    return lambda row: row.__setitem__(column, value)
+
+
+SHAPES = [
+    ("stop_prob", _set("stop_prob", [0.0, 0.1, 0.1]), "has 3 entries, expected 2 (one per round, as in chosen)"),
+    ("round_y", _set("round_y", [None] * 4), "has 4 entries, expected 2 (one per round, as in chosen)"),
+    ("probs", _set("probs", None), "is NULL (a list is required: use [] or a list of NULLs for absent values)"),
+    ("chosen", _set("chosen", None), "is NULL (a list is required: use [] or a list of NULLs for absent values)"),
+    ("doc_ids", _set("doc_ids", None), "is NULL (a list is required: use [] or a list of NULLs for absent values)"),
+    ("probs", lambda row: row["probs"].append(0.0), "has 7 values, expected 2 rounds × 3 documents = 6"),
+]
+
+
+@pytest.mark.parametrize(("field", "mutate", "message"), SHAPES, ids=[f"{s[0]}-{i}" for i, s in enumerate(SHAPES)])
+def test_flat_lists_of_the_wrong_length_name_their_column(
+        tmp_path: Path, field: str, mutate: Callable[[dict[str, Any]], None], message: str) -> None:
+    bad = flat_row(copy.deepcopy(VALID) | {"trajectory_id": "bad"})
+    mutate(bad)
+    path = _flat_file(tmp_path / "t.parquet", [flat_row(VALID), bad, flat_row(VALID | {"trajectory_id": "t3"})])
+    with pytest.raises(TrajectoryError) as info:
+        load_parquet(path)
+    assert str(info.value) == f"row 2 (trajectory_id 'bad'): {field}: {message}"
+
+
+def test_an_earlier_bad_row_is_named_before_a_later_badly_shaped_one(tmp_path: Path) -> None:
+    early = flat_row(copy.deepcopy(VALID) | {"trajectory_id": "early", "budget": 0})
+    late = flat_row(VALID | {"trajectory_id": "late"}) | {"round_y": []}
+    path = _flat_file(tmp_path / "t.parquet", [flat_row(VALID), early, late])
+    with pytest.raises(TrajectoryError, match=r"^row 2 \(trajectory_id 'early'\): budget: "):
+        load_parquet(path)
+
+
+SCHEMAS = [
+    (NULLABLE.remove(NULLABLE.get_field_index("round_y")),
+     r"^schema: round_y: column missing \(expected list<double>\)"),
+    (NULLABLE.set(3, pa.field("budget", pa.string())), r"^schema: budget: has type string, expected int64"),
+    (NULLABLE.set(10, pa.field("probs", pa.list_(pa.float32()))),
+     r"^schema: probs: has type list<float>, expected list<double>"),
+    (NULLABLE.append(pa.field("note", pa.string())), r"^schema: note: unexpected column"),
+    (NULLABLE.with_metadata({LAYOUT_KEY: b"flat-9"}), r"^metadata: draligned\.cess\.layout: unknown layout b'flat-9'"),
+]
+
+
+@pytest.mark.parametrize(("schema", "error"), SCHEMAS, ids=["missing", "type", "item type", "extra", "version"])
+def test_a_flat_file_of_another_schema_or_version_is_refused(tmp_path: Path, schema: pa.Schema, error: str) -> None:
+    row = flat_row(VALID)
+    values = {f.name: str(row[f.name]) if f.type == pa.string() and f.name == "budget" else row.get(f.name)
+              for f in schema}
+    path = _flat_file(tmp_path / "t.parquet", [values], schema=schema)
+    with pytest.raises(TrajectoryError, match=error):
+        load_parquet(path)
+
+
+def test_budget_of_any_integer_type_and_non_nullable_lists_read(tmp_path: Path) -> None:
+    rows = [flat_row(VALID), flat_row(VALID | {"trajectory_id": "t2"})]
+    small = _flat_file(tmp_path / "a.parquet", rows, schema=NULLABLE.set(3, pa.field("budget", pa.int8())))
+    strict = _flat_file(tmp_path / "b.parquet", rows, schema=FLAT_SCHEMA)
+    _equal(load_parquet(small), load_parquet(strict))
+    assert load_parquet(strict).trajectory_id == ["t1", "t2"]
+
+
+def test_keep_freed_memory_turns_numpys_huge_page_advice_off() -> None:
+    keep_freed_memory()
+    assert np._core.multiarray._set_madvise_hugepage(False) is False  # the setting it found: already off
