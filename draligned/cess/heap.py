@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import importlib
 
 import numpy as np
 
@@ -24,7 +25,8 @@ TRIM_THRESHOLD = 1 << 31
 
 def keep_freed_memory() -> None:
     """Set the process's allocator to reuse freed memory (a no-op where glibc is not the C library)."""
-    np._core.multiarray._set_madvise_hugepage(False)  # type: ignore[attr-defined]
+    multiarray = importlib.import_module("numpy._core.multiarray" if hasattr(np, "_core") else "numpy.core.multiarray")
+    multiarray._set_madvise_hugepage(False)  # numpy's own switch (numpy 1.26 keeps it under numpy.core)
     name = ctypes.util.find_library("c")
     try:
         mallopt = ctypes.CDLL(name).mallopt if name else None
