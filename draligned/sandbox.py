@@ -161,15 +161,27 @@ def bwrap_options(workspace: Path, read_only: str | None = None, tmp_mb: int = S
 
 
 def _tasks_of(uid: int) -> int:
-    """Threads currently run by ``uid`` on this machine (what RLIMIT_NPROC counts)."""
+    """Threads currently run by ``uid`` on this machine (what RLIMIT_NPROC counts: tasks by real uid).
+
+    Only processes whose /proc directory ``uid`` owns (their effective uid; one stat each) have their
+    status read, and a process counts only when its real uid is ``uid``. So every task counted is one
+    the kernel counts; the ones skipped (real uid ``uid`` but another effective uid, e.g. a setuid
+    program, or non-dumpable ones, whose /proc directory root owns) can only make the limit tighter.
+    """
     count = 0
-    for status in Path("/proc").glob("[0-9]*/status"):
-        try:
-            fields = dict(line.split(":", 1) for line in status.read_text().splitlines() if ":" in line)
-        except OSError:  # the process ended while we looked
-            continue
-        if int(fields["Uid"].split()[0]) == uid:
-            count += int(fields["Threads"])
+    with os.scandir("/proc") as entries:
+        for entry in entries:
+            if not entry.name.isdigit():
+                continue
+            try:
+                if entry.stat(follow_symlinks=False).st_uid != uid:
+                    continue
+                status = Path(entry.path, "status").read_text()
+            except OSError:  # the process ended while we looked
+                continue
+            fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+            if int(fields["Uid"].split()[0]) == uid:
+                count += int(fields["Threads"])
     return count
 
 

@@ -23,6 +23,8 @@ ORDER = ["OWN", "OTHER", "BOTH", "NONE", "UNKNOWN", "MISSING", "NO_DOCUMENT", "N
 COLORS = {"OWN": "#2a9d8f", "OTHER": "#e76f51", "BOTH": "#8e6bbf", "NONE": "#8d99ae", "UNKNOWN": "#e9c46a",
           "MISSING": "#b5838d", "NO_DOCUMENT": "#cfd6df", "NOT_READ": "#e3e7ec", "NO_RUN": "#f1f3f5",
           "NO_REQUEST": "#a8dadc", "UNDEFINED": "#f4e3b1"}
+# Each figure is laid out once with tight_layout and drawn once: ``bbox_inches="tight"`` (or a layout
+# engine) would draw it twice, once to measure and once to save.
 plt.rcParams.update({"font.size": 9, "axes.spines.top": False, "axes.spines.right": False,
                      "axes.titleweight": "bold", "figure.dpi": 110})
 
@@ -34,7 +36,8 @@ def _ordered(states: set[str]) -> list[str]:
 def png(fig: Figure) -> bytes:
     """The figure as PNG bytes (closed afterwards)."""
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", bbox_inches="tight")
+    fig.tight_layout()  # fits labels, legends and the suptitle inside the figure, measured once
+    fig.savefig(buf, format="png")
     plt.close(fig)
     return buf.getvalue()
 
