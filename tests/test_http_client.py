@@ -10,6 +10,7 @@ import pytest
 
 from draligned.models import ModelDeclaration, ModelError, get_model
 from draligned.models.remote import RemoteModel
+from draligned.models.retry import RetryPolicy
 from draligned.records import Message
 from tests.fake_providers import FakeProvider
 
@@ -86,3 +87,14 @@ def test_an_sdk_without_its_aiohttp_transport_is_refused_before_the_study_naming
         aiohttp_transport(json)
     m = model("anthropic", "http://127.0.0.1:9")
     m.check_ready()  # the installed SDK has it
+
+
+def test_the_default_transport_is_not_written_so_earlier_declarations_keep_their_bytes():
+    """An evaluator's ``evaluator.json`` (its declaration's dump) is compared byte for byte when it reads an
+    archive again: the field added for the transport must not change the dump of a declaration made before."""
+    before = {"max_attempts": 6, "max_total_s": 1800.0, "initial_wait_s": 2.0, "max_wait_s": 120.0,
+              "timeout_s": 900.0, "max_connections": 8, "auto_start": 2, "auto_min": 1, "auto_max": 32,
+              "stop_after_connection_failures": 3}  # RetryPolicy().model_dump() before retry.http_client
+    assert RetryPolicy().model_dump(mode="json") == before
+    assert RetryPolicy(http_client="httpx").model_dump(mode="json") == {**before, "http_client": "httpx"}
+    assert RetryPolicy.model_validate(RetryPolicy(http_client="httpx").model_dump()).http_client == "httpx"

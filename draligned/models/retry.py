@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, SerializerFunctionWrapHandler, field_validator, model_serializer, model_validator
 
 from draligned.backoff import retry_with_backoff, seconds_to_wait
 from draligned.records import ModelAttempt, Record
@@ -51,6 +51,16 @@ class RetryPolicy(Record, strict=True):
     stop_after_connection_failures: int = Field(3, ge=1, le=1_000_000)
     """After this many consecutive runs of the model failed because it could not be reached (connection
     refused, DNS, ...), no new run of it starts in this ``draligned run``; its slots stay unstarted."""
+
+    @model_serializer(mode="wrap")
+    def _default_transport_unsaid(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """``http_client`` is dumped only when it is not the default: the table's dump is recorded (an
+        evaluator's ``evaluator.json``, compared byte for byte when it reads again), and declarations made
+        before the field existed must keep their bytes, or re-reading an archive would be refused."""
+        data: dict[str, Any] = handler(self)
+        if self.http_client == "aiohttp":
+            data.pop("http_client", None)
+        return data
 
     @field_validator("max_connections")
     @classmethod
