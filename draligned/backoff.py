@@ -76,3 +76,12 @@ async def retry_with_backoff(
     )
     result: T = await retrying(attempt)
     return result
+
+
+def chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and the errors under it (``__cause__``, else ``__context__``), outermost first."""
+    out, seen = [exc], {id(exc)}
+    while (nxt := out[-1].__cause__ or out[-1].__context__) is not None and id(nxt) not in seen:
+        seen.add(id(nxt))
+        out.append(nxt)
+    return out

@@ -25,6 +25,7 @@ from asyncio import AbstractEventLoop
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
+from draligned.backoff import chain
 from draligned.models.base import RETRY_LISTENER, ModelAPI, ModelDeclaration, ModelError
 from draligned.models.gateway import clean_headers, gateway_info
 from draligned.models.http import aiohttp_transport, close_with_loop, running_loop, sdk_http_client
@@ -269,15 +270,6 @@ CAUSES: tuple[tuple[type[BaseException], str], ...] = (
     (ConnectionRefusedError, "connection refused"), (ConnectionResetError, "connection reset"),
     (socket.gaierror, "host name not resolved"), (ssl.SSLError, "TLS error"),
 )
-
-
-def chain(exc: BaseException) -> list[BaseException]:
-    """``exc`` and the errors under it (``__cause__``, else ``__context__``), outermost first."""
-    out, seen = [exc], {id(exc)}
-    while (nxt := out[-1].__cause__ or out[-1].__context__) is not None and id(nxt) not in seen:
-        seen.add(id(nxt))
-        out.append(nxt)
-    return out
 
 
 def aiohttp_connection_error(exc: BaseException) -> bool:

@@ -18,7 +18,7 @@ from typing import Any
 
 import httpx
 
-from draligned.backoff import retry_with_backoff, seconds_to_wait
+from draligned.backoff import chain, retry_with_backoff, seconds_to_wait
 from draligned.records import ModelAttempt
 from draligned.tools.errors import ToolError
 from draligned.tools.search_spec import WebRetry
@@ -86,18 +86,9 @@ def status_failure(ex: Exchange, what: str) -> FetchFailed:
     return FetchFailed(ToolError.PROVIDER_ERROR, f"{what} answered HTTP {s}", ex)
 
 
-def _chain(exc: BaseException) -> list[BaseException]:
-    out: list[BaseException] = []
-    cur: BaseException | None = exc
-    while cur is not None and cur not in out:
-        out.append(cur)
-        cur = cur.__cause__ or cur.__context__
-    return out
-
-
 def transport_failure(exc: BaseException, what: str) -> FetchFailed | None:
     """A timeout or connection error anywhere in the exception chain (SDKs wrap httpx's), or None."""
-    for e in _chain(exc):
+    for e in chain(exc):
         if isinstance(e, httpx.TimeoutException):
             return FetchFailed(ToolError.TIMEOUT, f"{what} did not answer in time", retryable=True)
         if isinstance(e, httpx.TransportError):
