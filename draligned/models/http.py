@@ -31,8 +31,8 @@ def sdk_http_client(sdk: Any, kind: Literal["aiohttp", "httpx"]) -> Any:
     on the SDK's own aiohttp transport with httpx's head limits, or None for the SDK's default httpx client."""
     if kind == "httpx":
         return None
+    vendored = aiohttp_transport(sdk)  # first: a missing aiohttp is the ModelError saying what to install
     import aiohttp
-    vendored = aiohttp_transport(sdk)
     limits = sdk.DEFAULT_CONNECTION_LIMITS
 
     def session() -> aiohttp.ClientSession:  # what the transport builds itself, with the head limits raised
