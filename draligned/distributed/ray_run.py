@@ -24,7 +24,7 @@ from draligned.archive import Archive
 from draligned.archive.merge import archive_files
 from draligned.archive.store import write_once
 from draligned.guards import check_intact
-from draligned.indexing import rebuild
+from draligned.indexing import refresh
 from draligned.records import FINISHED, Slot
 from draligned.runner import (
     ProgressCallback,
@@ -135,7 +135,7 @@ def run_study_ray(study: Study, address: str, progress: ProgressCallback | None 
         if todo:
             _run_tasks(ray, study, address, todo, result, progress, max_retries)
             _merge_staged(archive)
-        rebuild(archive)
+        refresh(archive)  # the merges rebuilt it; refresh builds only what is stale
     return result
 
 
