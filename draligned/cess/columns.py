@@ -24,6 +24,11 @@ NEVER = np.iinfo(np.int64).max
 """``first_support`` of a document that had probability 0 in every observed round."""
 
 
+def first_positive_round(positive: np.ndarray) -> np.ndarray:
+    """Per document (column of a (T, N) ``probs > 0``), the first round it had positive probability, or NEVER."""
+    return np.where(positive.any(axis=0), positive.argmax(axis=0), NEVER)
+
+
 @dataclass(frozen=True)
 class TrajectoryColumns:
     """B trajectories, D = Σ N_b documents and R = Σ T_b rounds, in input order."""
@@ -106,7 +111,7 @@ class ColumnBuilder:
         rounds = np.arange(len(chosen))
         self.extend([trajectory_id], [task_id], budget=np.array([budget], float), n_docs=np.array([len(y)]),
                     doc_m=np.zeros(len(y)) if m is None else np.asarray(m, float), doc_y=np.asarray(y, float),
-                    first_support=np.where(positive.any(axis=0), positive.argmax(axis=0), NEVER),
+                    first_support=first_positive_round(positive),
                     n_rounds=np.array([len(chosen)]), chosen=np.asarray(chosen, np.int64),
                     y=np.asarray(scores, float), p=probs[rounds, chosen], stop=np.asarray(stop, float),
                     full_support=np.asarray(positive.all(axis=1)))

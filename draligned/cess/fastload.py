@@ -33,15 +33,19 @@ import numpy as np
 import orjson
 
 from draligned.cess.arrowjson import decode_block
-from draligned.cess.columns import NEVER, ColumnBuilder, TrajectoryColumns
-from draligned.cess.trajectory import PROB_SUM_TOLERANCE, TrajectoryError, parse_trajectory
+from draligned.cess.columns import ColumnBuilder, TrajectoryColumns, first_positive_round
+from draligned.cess.trajectory import (
+    PROB_SUM_MARGIN,
+    PROB_SUM_TOLERANCE,
+    Y_TOLERANCE,
+    TrajectoryError,
+    parse_trajectory,
+)
 
 Decoded = tuple[dict[str, np.ndarray], list[str], list[str]]
 """A range's column arrays, trajectory ids and task ids (:func:`draligned.cess.arrowjson.decode_block`)."""
 CHUNK_BYTES = 16 << 20
 """Lines are read, parsed and checked in chunks of about this many bytes (bounded memory)."""
-_SUM_MARGIN = 1e-9
-"""Sums this close to the tolerance go to the exact check (math.fsum) of the full validator."""
 _TOP, _TOP_REQUIRED = {"trajectory_id", "task_id", "ranking", "budget", "pool", "rounds"}, {
     "trajectory_id", "task_id", "budget", "pool", "rounds"}
 _POOL = {"doc_ids", "y", "m"}
@@ -164,9 +168,10 @@ class _Chunk:
         low = np.minimum.reduceat(probs, prob_start) if len(probs) else np.zeros(0)
         first = np.zeros(len(stop), bool)
         first[np.concatenate([[0], np.cumsum(n_rounds)])[:-1]] = True
-        bad_round = ((low < 0) | (np.abs(np.add.reduceat(probs, prob_start) - 1.0) > PROB_SUM_TOLERANCE - _SUM_MARGIN)
+        sums_off = np.abs(np.add.reduceat(probs, prob_start) - 1.0) > PROB_SUM_TOLERANCE - PROB_SUM_MARGIN
+        bad_round = ((low < 0) | sums_off
                      | ~(p > 0) | ~(stop >= 0) | ~(stop < 1) | (first & (stop != 0)) | np.isnan(scores)
-                     | (round_y < -1) | (round_y > 1) | (np.abs(round_y - pool_y) > 1e-9))
+                     | (round_y < -1) | (round_y > 1) | (np.abs(round_y - pool_y) > Y_TOLERANCE))
         bad_doc = (doc_y < -1) | (doc_y > 1)
         bad = (np.bincount(owner_r, bad_round, b) > 0) | (np.bincount(owner_d, bad_doc, b) > 0)
         full = low > 0
@@ -175,7 +180,7 @@ class _Chunk:
         for row in varying.tolist():  # rare: some document had probability 0 in some round
             r0, d0 = int(np.searchsorted(owner_r, row)), int(doc_start[row])
             block = probs[prob_start[r0]:prob_start[r0] + n_rounds[row] * n_docs[row]].reshape(n_rounds[row], -1) > 0
-            first_support[d0:d0 + n_docs[row]] = np.where(block.any(axis=0), block.argmax(axis=0), NEVER)
+            first_support[d0:d0 + n_docs[row]] = first_positive_round(block)
         doc_m = np.asarray(self.numbers.get("doc_m", self.doc_m), float)
         arrays = {"budget": np.array(self.budget, float), "n_docs": n_docs, "doc_m": doc_m,
                   "doc_y": doc_y, "first_support": first_support, "n_rounds": n_rounds, "chosen": chosen,

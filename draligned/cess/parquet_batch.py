@@ -14,11 +14,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from draligned.cess.columns import NEVER
-from draligned.cess.trajectory import PROB_SUM_TOLERANCE
+from draligned.cess.columns import first_positive_round
+from draligned.cess.trajectory import PROB_SUM_MARGIN, PROB_SUM_TOLERANCE, Y_TOLERANCE
 
-_SUM_MARGIN = 1e-9
-"""Sums this close to the tolerance are rechecked exactly (math.fsum) by the full validator."""
 _RANKINGS = pa.array(["original", "pro", "anti"])
 Checked = tuple[np.ndarray, dict[str, np.ndarray], list[str], list[str]]
 """Per row whether it is suspect, the column arrays, the trajectory ids and the task ids (:func:`check_batch`)."""
@@ -157,9 +155,9 @@ def check_batch(batch: pa.RecordBatch) -> Checked:
     first[r_off[:-1][n_rounds > 0]] = True
     pool_y_j = np.where(shaped, doc_y[np.where(shaped, doc_off[owner_r] + chosen, 0)], np.nan) if len(doc_y) else ry
     score = np.where(ry_valid, ry, pool_y_j)
-    bad_round = (_nulls(probs) | ~shaped | ~(low >= 0) | ~(np.abs(total - 1.0) <= PROB_SUM_TOLERANCE - _SUM_MARGIN)
+    bad_round = (_nulls(probs) | ~shaped | ~(low >= 0) | ~(np.abs(total - 1.0) <= PROB_SUM_TOLERANCE - PROB_SUM_MARGIN)
                  | ~(p > 0) | ~(sv >= 0) | ~(sv < 1) | (first & (sv != 0)) | np.isnan(score)
-                 | (ry_valid & ~((ry >= -1) & (ry <= 1))) | (np.abs(ry - pool_y_j) > 1e-9))
+                 | (ry_valid & ~((ry >= -1) & (ry <= 1))) | (np.abs(ry - pool_y_j) > Y_TOLERANCE))
     bad |= _any_per(owner_r, bad_round, b)
 
     full = low > 0
@@ -168,7 +166,7 @@ def check_batch(batch: pa.RecordBatch) -> Checked:
     for row in np.nonzero(varying)[0].tolist():  # rare: a zero probability somewhere
         r0, d0, size = int(r_off[row]), int(doc_off[row]), int(n[row])
         block = pv[p_start[r0]:p_start[r0] + n_rounds[row] * size].reshape(n_rounds[row], size) > 0
-        first_support[d0:d0 + size] = np.where(block.any(axis=0), block.argmax(axis=0), NEVER)
+        first_support[d0:d0 + size] = first_positive_round(block)
     arrays = {"budget": budget_f, "n_docs": n, "doc_m": doc_m, "doc_y": doc_y, "first_support": first_support,
               "n_rounds": n_rounds, "chosen": chosen, "y": score, "p": p, "stop": sv, "full_support": full}
     # Copies of what views Arrow's buffers, so the decoded batch (whose buffers may be over-allocated) is freed

@@ -24,6 +24,10 @@ from draligned.strict_json import JSONInputError, loads
 SCHEMA_PATH = Path(__file__).with_name("trajectory.schema.json")
 PROB_SUM_TOLERANCE = 1e-6
 """Probability vectors must sum to 1 within this tolerance."""
+PROB_SUM_MARGIN = 1e-9
+"""The fast loaders' checks send sums this close to the tolerance to the exact check (math.fsum) here."""
+Y_TOLERANCE = 1e-9
+"""A round's y must equal its chosen document's pool y within this."""
 
 Ranking = Literal["original", "pro", "anti"]
 
@@ -224,7 +228,7 @@ def _check_semantics(traj: Trajectory, line: int) -> None:
             raise TrajectoryError(
                 line, f"{where}.y", f"Y of chosen document {rnd.chosen!r} is in neither the round nor pool.y"
             )
-        if rnd.y is not None and y_pool is not None and abs(rnd.y - y_pool) > 1e-9:
+        if rnd.y is not None and y_pool is not None and abs(rnd.y - y_pool) > Y_TOLERANCE:
             raise TrajectoryError(line, f"{where}.y", f"{rnd.y!r} disagrees with pool.y[{j}] = {y_pool!r}")
 
 
