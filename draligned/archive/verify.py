@@ -120,8 +120,7 @@ def verify_records(archive: Archive) -> list[str]:
     """Unreadable or altered run records, missing blobs they reference, missing run record files and
     leftovers of interrupted writes (checked in a worker process per core; the blobs' bytes are hashed by
     :func:`verify_archive`)."""
-    blobs = archive.blob_files()
-    problems = record_problems(archive, set(blobs), parallel=True)
+    problems = record_problems(archive, parallel=True)
     problems += [f"{p}: leftover of an interrupted write (removed by the next 'draligned run' or "
                  f"'draligned archive reindex')" for p in stale_temp_files(archive)]
     return problems
@@ -167,16 +166,16 @@ def _read_stat(path: str) -> tuple[bytes, os.stat_result]:
     return data, st
 
 
-def record_problems(archive: Archive, blobs: set[str] | None = None, parallel: bool = False) -> list[str]:
+def record_problems(archive: Archive, parallel: bool = False) -> list[str]:
     """The run records' part of verify (no blob is hashed, so it is cheap enough for every ``run``):
-    unreadable or altered records, missing blobs they reference (``blobs``: the blob names on disk, listed
-    when not given), missing record files; ``parallel`` checks the records in worker processes.
+    unreadable or altered records, missing blobs they reference, missing record files; ``parallel`` checks
+    the records in worker processes.
 
     Another process may be writing the archive (shards sharing it): a record is linked only after the blobs
     it names, so the run files are listed before the blobs, and a blob missing from a listing made earlier
     is looked up again before it is called missing."""
     sealed, started = archive.run_names()
-    blobs = set(archive.blob_files()) if blobs is None else blobs
+    blobs = set(archive.blob_files())
     paths = [os.path.join(archive.runs_dir, name) for name in started + sealed]
     problems: list[str] = []
     for chunk in in_chunks(_record_chunk, paths, PARALLEL_FROM if parallel else math.inf):
