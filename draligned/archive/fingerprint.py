@@ -14,6 +14,7 @@ recomputing it.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -132,11 +133,15 @@ def write_mark(archive: Archive, key: str, value: Any) -> None:
     marks[key] = value
     try:
         fd, tmp = tempfile.mkstemp(dir=archive.root, prefix=".marks-", suffix=".tmp")
+    except OSError:  # a read-only archive: the shortcut is lost, nothing else
+        return
+    try:
         with os.fdopen(fd, "w") as f:
             json.dump(marks, f, sort_keys=True)
         os.replace(tmp, path)
-    except OSError:  # a read-only archive: the shortcut is lost, nothing else
-        return
+    except OSError:  # e.g. a full disk: the shortcut is lost, and no temporary file is left in the archive
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
 
 
 @cache
