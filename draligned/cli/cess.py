@@ -9,16 +9,9 @@ from itertools import islice
 from pathlib import Path
 from typing import Any, Literal
 
-import duckdb
-import orjson
-
 from draligned.cess.bench import BenchReport, BenchSettings, run_bench
 from draligned.cess.calibration import STOP_RULES
-from draligned.cess.column_estimators import estimate_columns, estimate_rows
 from draligned.cess.experiments import SimulationReport, simulate
-from draligned.cess.fastload import load_columns
-from draligned.cess.heap import keep_freed_memory
-from draligned.cess.parquet import load_parquet
 from draligned.cess.perspectrum import load_perspectrum
 from draligned.cess.searches import SearchSettings
 from draligned.cess.trajectory import TrajectoryError
@@ -91,6 +84,16 @@ def _run_estimate(args: argparse.Namespace) -> int:
         print("error: name the trajectory file once: cess estimate FILE (or --trajectories FILE)", file=sys.stderr)
         return 2
     path = args.path or args.trajectories
+    # The loaders (pyarrow, DuckDB) are imported here: `run` and `demo` import this module for
+    # trajectory_format, and each command imports only what it runs (draligned/cli/__init__.py).
+    import duckdb
+    import orjson
+
+    from draligned.cess.column_estimators import estimate_columns, estimate_rows
+    from draligned.cess.fastload import load_columns
+    from draligned.cess.heap import keep_freed_memory
+    from draligned.cess.parquet import load_parquet
+
     load = load_parquet if trajectory_format(path, args.format) == "parquet" else load_columns
     if load is load_parquet:  # this process only loads and estimates: reuse the reader's freed temporaries
         keep_freed_memory()  # (not for JSON Lines: its peak memory was measured without, just under 2 GB)
