@@ -78,13 +78,13 @@ def stale_temp_files(archive: Archive) -> list[Path]:
     50,000 evaluator files)."""
     now = time.time()
     root = str(archive.root)
-    folders = [os.path.join(root, "runs")]
-    folders += [os.path.join(root, "blobs", p) for p in _names(os.path.join(root, "blobs")) if len(p) == 2]
-    for top in ("reads", "reviews"):
-        folders += [dirpath for dirpath, _, _ in os.walk(os.path.join(root, top))]
+    listed = [(folder, _names(folder)) for folder in [os.path.join(root, "runs")] + [
+        os.path.join(root, "blobs", p) for p in _names(os.path.join(root, "blobs")) if len(p) == 2]]
+    for top in ("reads", "reviews"):  # os.walk has listed each folder's files already
+        listed += [(dirpath, files) for dirpath, _, files in os.walk(os.path.join(root, top))]
     out = []
-    for folder in folders:
-        for name in _names(folder):
+    for folder, names in listed:
+        for name in names:
             if not name.startswith(".tmp-"):
                 continue
             path = os.path.join(folder, name)
