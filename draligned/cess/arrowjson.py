@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.json as pj
 
-from draligned.cess.parquet_batch import check_batch
+from draligned.cess.parquet_batch import check_batch, owned
 
 _LIST_OF_FLOATS = pa.list_(pa.float64())
 ARROW_SCHEMA = pa.schema([
@@ -71,4 +71,4 @@ def decode_block(raw: bytes) -> tuple[dict[str, np.ndarray], list[str], list[str
         return None
     batch = table.combine_chunks().to_batches()[0]
     bad, arrays, ids, tasks = check_batch(batch)
-    return None if bad.any() else (arrays, ids, tasks)
+    return None if bad.any() else (owned(arrays), ids, tasks)

@@ -7,15 +7,14 @@ import sys
 from collections.abc import Sequence
 from itertools import islice
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from draligned.cess.bench import BenchReport, BenchSettings, run_bench
-from draligned.cess.calibration import STOP_RULES
-from draligned.cess.experiments import SimulationReport, simulate
-from draligned.cess.perspectrum import load_perspectrum
-from draligned.cess.searches import SearchSettings
-from draligned.cess.trajectory import TrajectoryError
+from draligned.cess.searches import STOP_RULES
 from draligned.cli import add_command
+
+if TYPE_CHECKING:  # each subcommand imports what it runs (`cess estimate` none of the benches)
+    from draligned.cess.bench import BenchReport, BenchSettings
+    from draligned.cess.experiments import SimulationReport
 
 
 def _unit_interval(text: str) -> float:
@@ -93,6 +92,7 @@ def _run_estimate(args: argparse.Namespace) -> int:
     from draligned.cess.fastload import load_columns
     from draligned.cess.heap import keep_freed_memory
     from draligned.cess.parquet import load_parquet
+    from draligned.cess.trajectory import TrajectoryError
 
     load = load_parquet if trajectory_format(path, args.format) == "parquet" else load_columns
     if load is load_parquet:  # this process only loads and estimates: reuse the reader's freed temporaries
@@ -163,6 +163,8 @@ def simulation_text(report: SimulationReport) -> str:
 
 
 def _run_simulate(args: argparse.Namespace) -> int:
+    from draligned.cess.experiments import simulate
+
     report = simulate(seed=args.seed, pools=args.pools)
     print(report.model_dump_json() if args.json else simulation_text(report))
     return 0
@@ -248,6 +250,9 @@ def add_bench_options(pp: argparse.ArgumentParser) -> None:
 
 def bench_settings(args: argparse.Namespace) -> BenchSettings:
     """BenchSettings from the options of :func:`add_bench_options` (and ``--variant``/``--resamples``)."""
+    from draligned.cess.bench import BenchSettings
+    from draligned.cess.searches import SearchSettings
+
     rule = {"stop_rule": args.stop_rule} if args.stop_rule else {}
     search = SearchSettings(seeds=args.seeds, budget=args.budget, **rule)
     return BenchSettings(
@@ -258,6 +263,9 @@ def bench_settings(args: argparse.Namespace) -> BenchSettings:
 
 
 def _run_bench_perspectrum(args: argparse.Namespace) -> int:
+    from draligned.cess.bench import run_bench
+    from draligned.cess.perspectrum import load_perspectrum
+
     try:
         data = load_perspectrum(args.data, min_docs=args.min_docs, documents=args.documents)
     except (OSError, ValueError) as exc:
