@@ -252,6 +252,26 @@ def _fast_path_only(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args: Any) -> None:
         raise AssertionError("the exact path was asked to check a range")
     monkeypatch.setattr(fastload, "_check_chunk", refuse)
+    monkeypatch.setattr(fastload._ExactWorkers, "submit", refuse)
+
+
+def test_ranges_pyarrow_cannot_decide_are_checked_in_worker_processes(
+        varied: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fastload, "CHUNK_BYTES", 20_000)
+    _exact_path_only(monkeypatch)
+    sent: list[tuple[int, int]] = []
+    submit = fastload._ExactWorkers.submit
+
+    def spy(self: Any, path: Path, start: int, end: int) -> Any:
+        sent.append((start, end))
+        return submit(self, path, start, end)
+    monkeypatch.setattr(fastload._ExactWorkers, "submit", spy)
+    parallel = load_columns(varied, workers=2)
+    assert sent == fastload._ranges(varied) and len(sent) > 5  # every range, none of them checked here
+    single = load_columns(varied, workers=1)
+    assert len(sent) == len(fastload._ranges(varied)) and parallel.trajectory_id == single.trajectory_id  # one: here
+    for name in COLUMN_FIELDS:
+        np.testing.assert_array_equal(getattr(parallel, name), getattr(single, name), err_msg=name)
 
 
 COLUMN_FIELDS = ("budget", "doc_start", "doc_m", "doc_y", "first_support", "round_start", "chosen", "y", "p", "stop",
