@@ -45,9 +45,12 @@ def plain_lines(raw: bytes) -> int | None:
     """How many lines ``raw`` holds when each is one bare object without escapes (``{…}\\n``), else None."""
     if not raw.startswith(b"{") or not raw.endswith(b"}\n") or b"\\" in raw:
         return None
-    lines = raw.count(b"\n")
-    if raw.count(b"}\n{") != lines - 1:
-        return None
+    lines, start, find = 0, 0, raw.find
+    while start < len(raw):  # find is memchr: far faster over 16 MB than counting a pattern
+        end = find(b"\n", start)  # never -1: raw ends with a line end
+        if raw[start] != 0x7B or raw[end - 1] != 0x7D:  # "{" first, "}" last
+            return None
+        start, lines = end + 1, lines + 1
     if not raw.isascii():
         try:
             raw.decode("utf-8")

@@ -272,7 +272,8 @@ def _read(path: Path, start: int, end: int) -> bytes:
 def _read_and_decode(path: Path, start: int, end: int) -> tuple[int, Decoded | None]:
     """The number of lines of one range, and their columns when pyarrow's path can decide them (else None)."""
     raw = _read(path, start, end)
-    return raw.count(b"\n") + (not raw.endswith(b"\n")), decode_block(raw if raw.endswith(b"\n") else raw + b"\n")
+    decoded = decode_block(raw if raw.endswith(b"\n") else raw + b"\n")
+    return (raw.count(b"\n") + (not raw.endswith(b"\n")) if decoded is None else len(decoded[1])), decoded
 
 
 def _decoded(pool: ThreadPoolExecutor, path: Path, ranges: list[tuple[int, int]],

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from functools import partial
 from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -106,8 +107,9 @@ def _run_estimate(args: argparse.Namespace) -> int:
     if args.json:  # orjson writes the bytes pydantic's model_dump_json would (tests/cess/test_columns.py)
         sys.stdout.flush()
         out = getattr(sys.stdout, "buffer", None)
+        dumps = partial(orjson.dumps, option=orjson.OPT_APPEND_NEWLINE)  # no second copy of each line
         for batch in iter(lambda: list(islice(rows, 10_000)), []):
-            lines = b"".join(orjson.dumps(row) + b"\n" for row in batch)
+            lines = b"".join(map(dumps, batch))
             out.write(lines) if out is not None else sys.stdout.write(lines.decode())
         sys.stdout.flush()
     else:

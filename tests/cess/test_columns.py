@@ -133,6 +133,17 @@ def test_report_rows_serialise_like_the_pydantic_reports(varied: Path) -> None:
             assert again[name] == pytest.approx(value, rel=1e-12, abs=1e-12), name
 
 
+def test_cess_estimate_json_writes_the_bytes_of_the_pydantic_reports(
+        varied: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from draligned.cli import main
+
+    cols = load_columns(varied)
+    rows = estimate_rows(cols, estimate_columns(cols, 0.5))
+    expected = "".join(TrajectoryEstimate.model_validate(row).model_dump_json() + "\n" for row in rows)
+    assert main(["cess", "estimate", str(varied), "--json"]) == 0
+    assert capsys.readouterr().out == expected and expected.count("\n") == len(cols)
+
+
 @pytest.mark.parametrize(("name", "mutate", "field", "message"), CASES, ids=[c[0] for c in CASES])
 def test_the_fast_loader_names_the_same_line_field_and_message(
     tmp_path: Path, name: str, mutate: Callable[[dict], None], field: str, message: str
