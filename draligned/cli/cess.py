@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from functools import partial
-from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -87,11 +85,11 @@ def _run_estimate(args: argparse.Namespace) -> int:
     # The loaders (pyarrow, DuckDB) are imported here: `run` and `demo` import this module for
     # trajectory_format, and each command imports only what it runs (draligned/cli/__init__.py).
     import duckdb
-    import orjson
 
     from draligned.cess.column_estimators import estimate_columns, estimate_rows
     from draligned.cess.fastload import load_columns
     from draligned.cess.heap import keep_freed_memory
+    from draligned.cess.json_lines import json_lines
     from draligned.cess.parquet import load_parquet
     from draligned.cess.trajectory import TrajectoryError
 
@@ -103,21 +101,19 @@ def _run_estimate(args: argparse.Namespace) -> int:
     except (TrajectoryError, OSError, duckdb.Error) as exc:
         print(f"error: {path}: {exc}", file=sys.stderr)
         return 2
-    rows = estimate_rows(columns, estimate_columns(columns, args.lam))
-    if args.json:  # orjson writes the bytes pydantic's model_dump_json would (tests/cess/test_columns.py)
+    estimates = estimate_columns(columns, args.lam)
+    if args.json:  # the bytes pydantic's model_dump_json would write (tests/cess/test_columns.py)
         sys.stdout.flush()
         out = getattr(sys.stdout, "buffer", None)
-        dumps = partial(orjson.dumps, option=orjson.OPT_APPEND_NEWLINE)  # no second copy of each line
-        for batch in iter(lambda: list(islice(rows, 10_000)), []):
-            lines = b"".join(map(dumps, batch))
-            out.write(lines) if out is not None else sys.stdout.write(lines.decode())
+        for piece in json_lines(columns, estimates):
+            out.write(piece) if out is not None else sys.stdout.write(bytes(piece).decode())
         sys.stdout.flush()
     else:
         print(
             f"CESS lambda = {args.lam}; CESS = Eq. 9, CESS13 = Eq. 13, CESS12 = Eq. 12; "
             "point estimates are omitted where the support interval (Eq. 10) applies"
         )
-        print(_estimate_table(list(rows)))
+        print(_estimate_table(list(estimate_rows(columns, estimates))))
     return 0
 
 
