@@ -15,7 +15,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from draligned.cess.columns import TrajectoryColumns
+from draligned.cess import parquet
+from draligned.cess.columns import ColumnSink, TrajectoryColumns
 from draligned.cess.fastload import load_columns
 from draligned.cess.heap import keep_freed_memory
 from draligned.cess.parquet import load_parquet, write_nested_parquet, write_parquet
@@ -188,3 +189,12 @@ def test_a_damaged_row_group_exits_2_naming_its_rows_and_column(
     assert str(info.value).startswith(f"row group 1 (rows 5-6): trajectory_id: {message}")
     assert main(["cess", "estimate", str(bad)]) == 2
     assert capsys.readouterr().err.startswith(f"error: {bad}: row group 1 (rows 5-6): trajectory_id: {message}")
+
+
+def test_a_file_holding_more_values_than_its_metadata_counts_is_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _flat_file(tmp_path / "t.parquet", [flat_row(VALID), flat_row(VALID | {"trajectory_id": "t2"})])
+    assert load_parquet(path).trajectory_id == ["t1", "t2"]
+    monkeypatch.setattr(parquet, "_sink", lambda meta, flat: ColumnSink(meta.num_rows, 6, 3))  # a round short
+    with pytest.raises(TrajectoryError, match=r"^file: <file>: holds more values than its metadata counts \(chosen: "):
+        load_parquet(path)
