@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.json as pj
 
-from draligned.cess.parquet_batch import check_batch
+from draligned.cess.parquet_batch import check_batch, owned
 
 _LIST_OF_FLOATS = pa.list_(pa.float64())
 ARROW_SCHEMA = pa.schema([
@@ -45,9 +45,12 @@ def plain_lines(raw: bytes) -> int | None:
     """How many lines ``raw`` holds when each is one bare object without escapes (``{…}\\n``), else None."""
     if not raw.startswith(b"{") or not raw.endswith(b"}\n") or b"\\" in raw:
         return None
-    lines = raw.count(b"\n")
-    if raw.count(b"}\n{") != lines - 1:
-        return None
+    lines, start, find = 0, 0, raw.find
+    while start < len(raw):  # find is memchr: far faster over 16 MB than counting a pattern
+        end = find(b"\n", start)  # never -1: raw ends with a line end
+        if raw[start] != 0x7B or raw[end - 1] != 0x7D:  # "{" first, "}" last
+            return None
+        start, lines = end + 1, lines + 1
     if not raw.isascii():
         try:
             raw.decode("utf-8")
@@ -71,4 +74,4 @@ def decode_block(raw: bytes) -> tuple[dict[str, np.ndarray], list[str], list[str
         return None
     batch = table.combine_chunks().to_batches()[0]
     bad, arrays, ids, tasks = check_batch(batch)
-    return None if bad.any() else (arrays, ids, tasks)
+    return None if bad.any() else (owned(arrays), ids, tasks)

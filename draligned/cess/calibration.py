@@ -23,7 +23,7 @@ from draligned.cess.batch import TrajectoryBatch
 from draligned.cess.estimators import opened_mean
 from draligned.cess.metrics import mae, per_question_sensitivity
 from draligned.cess.perspectrum import PerspectrumClaim
-from draligned.cess.searches import SearchSettings, StopRule, run_searches
+from draligned.cess.searches import STOP_RULES, SearchSettings, StopRule, run_searches
 from draligned.records import Record
 
 TARGET_MAE = 0.4108
@@ -36,8 +36,6 @@ TEMPERATURES = (0.3, 1.0)
 """Softmax temperatures on relevance."""
 EPSILONS = (0.1, 0.2)
 """Uniform exploration shares."""
-STOP_RULES: tuple[StopRule, ...] = ("one_sided", "both_sides")
-"""Stop-recommendation rules (the controller turns either into 0.75 / 0.10)."""
 SUBSAMPLE_STEP = 5
 """Every fifth tuning claim is a calibration claim."""
 

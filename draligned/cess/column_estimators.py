@@ -163,16 +163,19 @@ POINT_ESTIMATES = ("ipw_raw", "dr_raw", "cess", "cess_clip_then_shrink", "cess_o
 """Estimates hidden (None) where the support interval applies."""
 
 
-def estimate_rows(cols: TrajectoryColumns, est: Estimates, batch: int = 100_000) -> Iterator[dict[str, Any]]:
-    """One dict per trajectory with the fields of ``TrajectoryEstimate``, in its field order (made
-    ``batch`` trajectories at a time: a million at once would hold every value as a Python float)."""
-    for lo in range(0, len(cols), batch):
-        part = slice(lo, lo + batch)
+def estimate_rows(cols: TrajectoryColumns, est: Estimates, batch: int = 100_000,
+                  rows: np.ndarray | None = None) -> Iterator[dict[str, Any]]:
+    """One dict per trajectory (or per index in ``rows``) with the fields of ``TrajectoryEstimate``, in its
+    field order (made ``batch`` trajectories at a time: a million at once would hold every value as a Python float)."""
+    for lo in range(0, len(cols) if rows is None else len(rows), batch):
+        part: slice | np.ndarray = slice(lo, lo + batch) if rows is None else rows[lo:lo + batch]
+        ids, tasks = ((cols.trajectory_id[part], cols.task_id[part]) if isinstance(part, slice) else
+                      ([cols.trajectory_id[i] for i in part.tolist()], [cols.task_id[i] for i in part.tolist()]))
         hidden = est.support.applies[part].tolist()
         points = [[None if h else v for v, h in zip(getattr(est, name)[part].tolist(), hidden, strict=True)]
                   for name in POINT_ESTIMATES]
         theta = [None if v != v else v for v in est.theta_star[part].tolist()]  # NaN: some Y unknown
-        columns = zip(cols.trajectory_id[part], cols.task_id[part], cols.n_rounds[part].tolist(),
+        columns = zip(ids, tasks, cols.n_rounds[part].tolist(),
                       est.opened_mean[part].tolist(), est.outcome_regression[part].tolist(), *points,
                       est.weights.ess[part].tolist(), est.weights.max_weight[part].tolist(), theta, hidden,
                       est.support.lower[part].tolist(), est.support.upper[part].tolist(), strict=True)

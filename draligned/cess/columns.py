@@ -22,6 +22,12 @@ SLAB_BYTES = 64 << 20
 """A field's parts are joined once they hold this much (see :meth:`ColumnBuilder.extend`)."""
 NEVER = np.iinfo(np.int64).max
 """``first_support`` of a document that had probability 0 in every observed round."""
+KINDS: dict[str, type] = {
+    "budget": float, "n_docs": np.int64, "doc_m": float, "doc_y": float, "first_support": np.int64,
+    "n_rounds": np.int64, "chosen": np.int64, "y": float, "p": float, "stop": float, "full_support": bool}
+"""The arrays a loader hands over per part, and their types: per trajectory ``budget``, ``n_docs`` and
+``n_rounds``, per document ``doc_m``, ``doc_y``, ``first_support``, per round the rest."""
+_PER_DOC, _PER_ROUND = ("doc_m", "doc_y", "first_support"), ("chosen", "y", "p", "stop", "full_support")
 
 
 def first_positive_round(positive: np.ndarray) -> np.ndarray:
@@ -98,9 +104,7 @@ class ColumnBuilder:
     def __init__(self) -> None:
         self.ids: list[str] = []
         self.tasks: list[str] = []
-        self.parts: dict[str, list[np.ndarray]] = {name: [] for name in (
-            "budget", "n_docs", "doc_m", "doc_y", "first_support", "n_rounds", "chosen", "y", "p", "stop",
-            "full_support")}
+        self.parts: dict[str, list[np.ndarray]] = {name: [] for name in KINDS}
         self.slabs: dict[str, list[np.ndarray]] = {name: [] for name in self.parts}
 
     def add(self, trajectory_id: str, task_id: str, budget: int, m: Sequence[float] | None,
@@ -132,16 +136,49 @@ class ColumnBuilder:
 
     def build(self) -> TrajectoryColumns:
         """The collected trajectories as one set of columns (each field joined, then its parts freed)."""
-        kinds = {"budget": float, "n_docs": np.int64, "doc_m": float, "doc_y": float, "first_support": np.int64,
-                 "n_rounds": np.int64, "chosen": np.int64, "y": float, "p": float, "stop": float, "full_support": bool}
-        cat = {}
+        cat: dict[str, np.ndarray] = {}
         for name, parts in self.parts.items():
             joined = self.slabs[name] + parts
-            cat[name] = (np.concatenate(joined) if joined else np.zeros(0)).astype(kinds[name], copy=False)
+            cat[name] = (np.concatenate(joined) if joined else np.zeros(0)).astype(KINDS[name], copy=False)
             parts.clear()
             self.slabs[name].clear()
             del joined
-        starts = {name: np.concatenate([[0], np.cumsum(cat.pop(name), dtype=np.int64)])
-                  for name in ("n_docs", "n_rounds")}
-        return TrajectoryColumns(trajectory_id=self.ids, task_id=self.tasks, doc_start=starts["n_docs"],
-                                 round_start=starts["n_rounds"], **cat)
+        return _columns(self.ids, self.tasks, cat)
+
+
+def _columns(ids: list[str], tasks: list[str], arrays: dict[str, np.ndarray]) -> TrajectoryColumns:
+    """:class:`TrajectoryColumns` from the arrays of :data:`KINDS` (the counts become start offsets)."""
+    starts = {name: np.concatenate([[0], np.cumsum(arrays.pop(name), dtype=np.int64)])
+              for name in ("n_docs", "n_rounds")}
+    return TrajectoryColumns(trajectory_id=ids, task_id=tasks, doc_start=starts["n_docs"],
+                             round_start=starts["n_rounds"], **arrays)
+
+
+class ColumnSink:
+    """Collects trajectories into columns allocated once for at most ``rows`` trajectories, ``docs``
+    documents and ``rounds`` rounds (a Parquet file's metadata counts them): each part is copied into
+    place, once (numpy releases the GIL), so a loader may hand over views of its decoder's buffers, and
+    nothing is joined at the end. The columns are trimmed to what was put."""
+
+    def __init__(self, rows: int, docs: int, rounds: int) -> None:
+        size = {name: docs if name in _PER_DOC else rounds if name in _PER_ROUND else rows for name in KINDS}
+        self.arrays: dict[str, np.ndarray] = {name: np.empty(size[name], kind) for name, kind in KINDS.items()}
+        self.used = dict.fromkeys(KINDS, 0)
+        self.ids: list[str] = []
+        self.tasks: list[str] = []
+
+    def extend(self, ids: list[str], tasks: list[str], **arrays: np.ndarray) -> None:
+        """Many trajectories at once, as :meth:`ColumnBuilder.extend` takes them; ValueError when they
+        do not fit (more documents or rounds than counted)."""
+        for name, values in arrays.items():
+            at = self.used[name]
+            if at + len(values) > len(self.arrays[name]):
+                raise ValueError(f"{name}: more values than the {len(self.arrays[name])} counted")
+            self.arrays[name][at:at + len(values)] = values
+            self.used[name] = at + len(values)
+        self.ids += ids
+        self.tasks += tasks
+
+    def build(self) -> TrajectoryColumns:
+        """The trajectories put so far (views of the allocated columns)."""
+        return _columns(self.ids, self.tasks, {name: a[:self.used[name]] for name, a in self.arrays.items()})

@@ -23,8 +23,9 @@ import io
 import os
 from collections import deque
 from collections.abc import Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from itertools import chain, repeat
+from multiprocessing import get_context
 from operator import itemgetter
 from pathlib import Path
 from typing import Any
@@ -262,18 +263,23 @@ def _add_chunk(chunk: _Chunk, arrays: dict[str, np.ndarray], error: TrajectoryEr
         builder.extend(chunk.ids, chunk.tasks, **arrays)
 
 
-def _read_and_decode(path: Path, start: int, end: int) -> tuple[bytes, Decoded | None]:
-    """The bytes of one range, and their columns when pyarrow's path can decide them (else None)."""
+def _read(path: Path, start: int, end: int) -> bytes:
     with path.open("rb") as handle:
         handle.seek(start)
-        raw = handle.read(end - start)
-    return raw, decode_block(raw if raw.endswith(b"\n") else raw + b"\n")
+        return handle.read(end - start)
+
+
+def _read_and_decode(path: Path, start: int, end: int) -> tuple[int, Decoded | None]:
+    """The number of lines of one range, and their columns when pyarrow's path can decide them (else None)."""
+    raw = _read(path, start, end)
+    decoded = decode_block(raw if raw.endswith(b"\n") else raw + b"\n")
+    return (raw.count(b"\n") + (not raw.endswith(b"\n")) if decoded is None else len(decoded[1])), decoded
 
 
 def _decoded(pool: ThreadPoolExecutor, path: Path, ranges: list[tuple[int, int]],
-             ahead: int) -> Iterator[tuple[bytes, Decoded | None]]:
+             ahead: int) -> Iterator[tuple[int, Decoded | None]]:
     """:func:`_read_and_decode` of every range in file order, at most ``ahead`` ranges in flight (bounded memory)."""
-    pending: deque[Future[tuple[bytes, Decoded | None]]] = deque()
+    pending: deque[Future[tuple[int, Decoded | None]]] = deque()
     for start, end in ranges:
         pending.append(pool.submit(_read_and_decode, path, start, end))
         if len(pending) >= ahead:
@@ -293,31 +299,87 @@ def _ranges(path: Path) -> list[tuple[int, int]]:
     return [(a, b) for a, b in zip(bounds, [*bounds[1:], size], strict=True) if a < b]
 
 
+Exact = tuple[list[str], list[str], list[int], dict[str, np.ndarray], bool]
+"""What a worker sends back for a range (:func:`_exact_range`): ids, task ids, line numbers (from 1 in the
+range) and column arrays of its valid lines, and whether some line is invalid."""
+
+
+def _exact_range(path: Path, start: int, end: int) -> Exact:
+    """The exact path over one range, its lines numbered from 1 (run in a worker process: it holds the GIL)."""
+    chunk, arrays, error = _check_chunk(io.BytesIO(_read(path, start, end)).readlines(), 1)
+    return chunk.ids, chunk.tasks, chunk.lines, arrays, error is not None
+
+
+class _ExactWorkers:
+    """Worker processes for the ranges pyarrow cannot decide. They are forked at once, before any thread
+    starts (a fork copies other threads' locks in an unknown state; spawned workers would import the
+    caller's main module again); idle, they share their pages with this process."""
+
+    def __init__(self, workers: int) -> None:
+        self.pool = ProcessPoolExecutor(workers, mp_context=get_context("fork"))
+        self.pool.submit(int)  # the first task forks every worker, then starts the pool's own thread
+
+    def submit(self, path: Path, start: int, end: int) -> Future[Exact]:
+        return self.pool.submit(_exact_range, path, start, end)
+
+    def close(self) -> None:
+        self.pool.shutdown(cancel_futures=True)
+
+
 def load_columns(path: str | Path, workers: int | None = None) -> TrajectoryColumns:
     """Read and validate a JSON Lines trajectory file as columns (the rules and errors of
     :func:`draligned.cess.trajectory.load_trajectories`, including refusing a file with no trajectory).
 
     Ranges of about CHUNK_BYTES are decoded in ``workers`` threads (default: one per core) by
-    pyarrow's path (:mod:`draligned.cess.arrowjson`); a range it cannot decide (escapes, blank lines,
-    a line that breaks or nears a rule) is checked here line by line, in file order, so the error is
-    the one a single pass of :func:`~draligned.cess.trajectory.load_trajectories` raises.
+    pyarrow's path (:mod:`draligned.cess.arrowjson`). A range it cannot decide (escapes, blank lines,
+    a line that breaks or nears a rule) is checked line by line by the exact path, in ``workers``
+    processes when the file has several ranges; results are added in file order, and a range with an
+    invalid line is checked again here, numbered from its real first line, so the error is the one a
+    single pass of :func:`~draligned.cess.trajectory.load_trajectories` raises.
     """
     path = Path(path)
     builder, seen, line = ColumnBuilder(), set[str](), 1
+    ranges = _ranges(path)
     workers = workers or os.cpu_count() or 1
-    with ThreadPoolExecutor(workers) as pool:
-        for raw, decoded in _decoded(pool, path, _ranges(path), workers + 1):
-            if decoded is None:
-                raws = io.BytesIO(raw).readlines()  # lines end at \n only, as when iterating a file
-                _add_chunk(*_check_chunk(raws, line), seen, builder)
-                line += len(raws)
-                continue
-            arrays, ids, tasks = decoded  # one line per row: no blank line in the range
-            duplicate = _first_duplicate(ids, range(line, line + len(ids)), seen)
-            if duplicate is not None:
-                raise duplicate
+    exact = _ExactWorkers(workers) if workers > 1 and len(ranges) > 1 else None
+    pending: deque[tuple[int, int, int, int, Decoded | Future[Exact] | None]] = deque()
+
+    def raise_duplicate(ids: list[str], lines: Iterable[int]) -> None:
+        duplicate = _first_duplicate(ids, lines, seen)
+        if duplicate is not None:
+            raise duplicate
+
+    def add(first: int, count: int, start: int, end: int, result: Decoded | Future[Exact] | None) -> None:
+        """Add one range's lines (numbered from ``first``) or raise its first problem."""
+        if isinstance(result, tuple):
+            arrays, ids, tasks = result  # one line per row: no blank line in the range
+            raise_duplicate(ids, range(first, first + count))
             builder.extend(ids, tasks, **arrays)
-            line += len(ids)
+            return
+        if result is not None:
+            ids, tasks, lines, arrays, invalid = result.result()
+            if not invalid:
+                raise_duplicate(ids, [first - 1 + n for n in lines])
+                if ids:
+                    builder.extend(ids, tasks, **arrays)
+                return
+        # one worker, or an invalid line: checked here, numbered from the range's real first line
+        _add_chunk(*_check_chunk(io.BytesIO(_read(path, start, end)).readlines(), first), seen, builder)
+
+    try:
+        with ThreadPoolExecutor(workers) as pool:
+            for (start, end), (count, decoded) in zip(ranges, _decoded(pool, path, ranges, workers + 1), strict=True):
+                result = decoded if decoded is not None or exact is None else exact.submit(path, start, end)
+                pending.append((line, count, start, end, result))
+                line += count
+                while pending and (not isinstance(head := pending[0][4], Future) or head.done()
+                                   or len(pending) > 2 * workers):
+                    add(*pending.popleft())
+            while pending:
+                add(*pending.popleft())
+    finally:
+        if exact is not None:
+            exact.close()
     if not builder.ids:
         raise TrajectoryError(0, "<file>", "no trajectories (the file is empty or has only blank lines)")
     return builder.build()

@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from draligned.cess.columns import ColumnBuilder, TrajectoryColumns
+from draligned.cess.columns import ColumnSink, TrajectoryColumns
 from draligned.cess.parquet_batch import Checked, check_batch
 from draligned.cess.parquet_flat import FLAT, FLAT_SCHEMA, LAYOUT_KEY, check_flat_batch, flat_record, flatten_batch
 from draligned.cess.trajectory import TrajectoryError, check_record
@@ -179,13 +179,29 @@ def _first_error(read: Callable[[int], dict[str, Any]], suspects: np.ndarray, id
         raise duplicate
 
 
+def _unreadable(file: pq.ParquetFile, group: int, names: list[str], exc: Exception) -> TrajectoryError:
+    """The error for a row group pyarrow cannot decode (a damaged page, invalid UTF-8, a code outside its
+    dictionary): named by its rows and the first column that fails alone (``<file>`` if none does)."""
+    first = sum(file.metadata.row_group(g).num_rows for g in range(group)) + 1
+    where = f"row group {group} (rows {first}-{first + file.metadata.row_group(group).num_rows - 1})"
+    for name in names:
+        try:
+            file.read_row_group(group, columns=[name], use_threads=False).column(0).validate(full=True)
+        except (pa.ArrowException, ValueError) as column_exc:
+            return TrajectoryError(first, name, f"not readable ({column_exc})", where)
+    return TrajectoryError(first, "<file>", f"not readable ({exc})", where)
+
+
 def _checked_group(path: Path, group: int, flat: bool) -> list[Checked]:
     """One row group decoded by pyarrow and checked batch by batch (:func:`check_batch`)."""
     names, check = (FLAT_SCHEMA.names, check_flat_batch) if flat else (list(COLUMNS), check_batch)
     codes = ["doc_ids.list.element", "chosen.list.element"] if flat else None  # decoded as dictionaries
     file = pq.ParquetFile(path, memory_map=True, read_dictionary=codes)
-    table = file.read_row_group(group, columns=names, use_threads=False)
-    return [check(batch) for batch in table.to_batches()]
+    try:
+        table = file.read_row_group(group, columns=names, use_threads=False)
+        return [check(batch) for batch in table.to_batches()]
+    except (pa.ArrowException, UnicodeDecodeError) as exc:  # OSError included (ArrowIOError)
+        raise _unreadable(file, group, names, exc) from exc
 
 
 def _checked_groups(path: Path, workers: int, flat: bool) -> Iterator[Checked]:
@@ -200,6 +216,17 @@ def _checked_groups(path: Path, workers: int, flat: bool) -> Iterator[Checked]:
                 yield from pending.popleft().result()
         while pending:
             yield from pending.popleft().result()
+
+
+def _sink(meta: pq.FileMetaData, flat: bool) -> ColumnSink:
+    """Columns for the file's rows, and for as many documents and rounds as its metadata counts values
+    of the document ids and the chosen ids (an empty or NULL list counts one more: such a row is refused)."""
+    paths = [meta.schema.column(i).path.split(".") for i in range(meta.num_columns)]  # writers name list items apart
+    leaves = ([p[0] == "doc_ids" for p in paths], [p[0] == "chosen" for p in paths]) if flat else (
+        [p[:2] == ["pool", "doc_ids"] for p in paths], [p[0] == "rounds" and p[-1] == "chosen" for p in paths])
+    counts = [sum(meta.row_group(g).column(leaf.index(True)).num_values for g in range(meta.num_row_groups))
+              for leaf in leaves]
+    return ColumnSink(meta.num_rows, *counts)
 
 
 def load_parquet(path: str | Path, workers: int | None = None) -> TrajectoryColumns:
@@ -230,12 +257,16 @@ def load_parquet(path: str | Path, workers: int | None = None) -> TrajectoryColu
         if (problem := _schema_problem(con)) is not None:
             raise problem
         read = _nested_row(con)
-    builder, suspects, first_row = ColumnBuilder(), [], 1
+    sink, suspects, first_row = _sink(meta, layout == FLAT), [], 1
     for bad, arrays, ids, tasks in _checked_groups(path, workers or os.cpu_count() or 1, layout == FLAT):
         suspects.append(np.nonzero(bad)[0] + first_row)
-        builder.extend(ids, tasks, **arrays)
+        try:
+            sink.extend(ids, tasks, **arrays)
+        except ValueError as exc:
+            raise TrajectoryError(0, "<file>", f"holds more values than its metadata counts ({exc})",
+                                  where="file") from None
         first_row += len(bad)
-    if not builder.ids:
+    if not sink.ids:
         raise TrajectoryError(0, "<file>", "no trajectories (the file has no rows)", where="rows")
-    _first_error(read, np.concatenate(suspects), builder.ids, np.arange(1, first_row))
-    return builder.build()
+    _first_error(read, np.concatenate(suspects), sink.ids, np.arange(1, first_row))
+    return sink.build()

@@ -22,7 +22,7 @@ Checked = tuple[np.ndarray, dict[str, np.ndarray], list[str], list[str]]
 """Per row whether it is suspect, the column arrays, the trajectory ids and the task ids (:func:`check_batch`)."""
 
 
-def _unlist(arr: pa.Array) -> tuple[np.ndarray, pa.Array]:
+def unlist(arr: pa.Array) -> tuple[np.ndarray, pa.Array]:
     """Offsets from 0 (len + 1) and the child values they index (null lists are flagged by the caller)."""
     off = np.asarray(arr.offsets, np.int64)
     return off - off[0], arr.values.slice(int(off[0]), int(off[-1] - off[0]))
@@ -36,7 +36,7 @@ def _floats(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     return values, ~np.asarray(arr.is_null().to_numpy(zero_copy_only=False), bool)
 
 
-def _flag(arr: pa.Array) -> np.ndarray:
+def flag(arr: pa.Array) -> np.ndarray:
     """A boolean Arrow array as numpy, null counted as True (suspect)."""
     return np.asarray(pc.fill_null(arr, True).to_numpy(zero_copy_only=False), bool)
 
@@ -86,17 +86,17 @@ def _choices(doc_codes: np.ndarray, doc_start: np.ndarray, n: np.ndarray, owner_
 
 
 def check_batch(batch: pa.RecordBatch) -> Checked:
-    """Per row whether it is suspect, the column arrays of :class:`~draligned.cess.columns.ColumnBuilder`,
-    and the trajectory and task ids."""
+    """Per row whether it is suspect, the column arrays of :class:`~draligned.cess.columns.ColumnBuilder`
+    (some of them views of the batch's buffers: see :func:`owned`), and the trajectory and task ids."""
     b, col = batch.num_rows, batch.column
     ids, tasks, ranking, budget, pool, rounds = (col(name) for name in (
         "trajectory_id", "task_id", "ranking", "budget", "pool", "rounds"))
-    bad = _flag(pc.equal(ids, "")) | _flag(pc.equal(tasks, "")) | _flag(pc.less(budget, 1)) | _nulls(pool)
-    bad |= ~_flag(pc.or_kleene(pc.is_null(ranking), pc.is_in(ranking, value_set=_RANKINGS)))
+    bad = flag(pc.equal(ids, "")) | flag(pc.equal(tasks, "")) | flag(pc.less(budget, 1)) | _nulls(pool)
+    bad |= ~flag(pc.or_kleene(pc.is_null(ranking), pc.is_in(ranking, value_set=_RANKINGS)))
     budget_f = np.asarray(pc.fill_null(budget, 1).to_numpy(zero_copy_only=False), float)
     doc_ids, pool_y, pool_m = pool.flatten()
 
-    doc_off, doc_values = _unlist(doc_ids)
+    doc_off, doc_values = unlist(doc_ids)
     n = np.diff(doc_off)
     owner_d = np.repeat(np.arange(b), n)
     encoded = _encoded(doc_values)
@@ -105,7 +105,7 @@ def check_batch(batch: pa.RecordBatch) -> Checked:
     bad |= _nulls(doc_ids) | (n == 0) | _any_per(owner_d, (doc_codes < 0) | (doc_codes == empty), b)
 
     doc_y = np.full(len(doc_codes), np.nan)
-    y_off, y_values = _unlist(pool_y)
+    y_off, y_values = unlist(pool_y)
     yv, y_valid = _floats(y_values)
     y_len, y_absent = np.diff(y_off), _nulls(pool_y)
     bad |= ~y_absent & (y_len != n)
@@ -117,7 +117,7 @@ def check_batch(batch: pa.RecordBatch) -> Checked:
         keep = ~y_absent[owner_y] & (y_len == n)[owner_y]
         doc_y[(doc_off[owner_y] + np.arange(len(yv)) - y_off[owner_y])[keep]] = yv[keep]
 
-    m_off, m_values = _unlist(pool_m)
+    m_off, m_values = unlist(pool_m)
     mv = np.asarray(m_values.to_numpy(zero_copy_only=False), float)
     m_absent = _nulls(pool_m)
     bad |= ~m_absent & (np.diff(m_off) != n)
@@ -128,7 +128,7 @@ def check_batch(batch: pa.RecordBatch) -> Checked:
         keep = ~m_absent[owner_m] & (np.diff(m_off) == n)[owner_m]
         doc_m[(doc_off[owner_m] + np.arange(len(mv)) - m_off[owner_m])[keep]] = mv[keep]
 
-    r_off, r_values = _unlist(rounds)
+    r_off, r_values = unlist(rounds)
     n_rounds = np.diff(r_off)
     owner_r = np.repeat(np.arange(b), n_rounds)
     bad |= _nulls(rounds) | (n_rounds == 0) | (n_rounds > budget_f) | _any_per(owner_r, _nulls(r_values), b)
@@ -141,7 +141,7 @@ def check_batch(batch: pa.RecordBatch) -> Checked:
                                 np.asarray(pc.fill_null(chosen_codes, -2).to_numpy(zero_copy_only=False), np.int32))
     bad |= repeated
 
-    p_off, p_values = _unlist(probs)
+    p_off, p_values = unlist(probs)
     pv = np.asarray(p_values.to_numpy(zero_copy_only=False), float)  # null → NaN: suspect
     p_len, p_start = np.diff(p_off), p_off[:-1]
     low = _segments(pv, p_start, p_len, np.minimum)
@@ -169,9 +169,13 @@ def check_batch(batch: pa.RecordBatch) -> Checked:
         first_support[d0:d0 + size] = first_positive_round(block)
     arrays = {"budget": budget_f, "n_docs": n, "doc_m": doc_m, "doc_y": doc_y, "first_support": first_support,
               "n_rounds": n_rounds, "chosen": chosen, "y": score, "p": p, "stop": sv, "full_support": full}
-    # Copies of what views Arrow's buffers, so the decoded batch (whose buffers may be over-allocated) is freed
-    own = {name: value if value.base is None else value.copy() for name, value in arrays.items()}
-    return bad, own, ids.to_pylist(), _shared_strings(tasks)
+    return bad, arrays, ids.to_pylist(), _shared_strings(tasks)
+
+
+def owned(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Copies of the arrays of :func:`check_batch` that view Arrow's buffers, so that a decoded batch (whose
+    buffers may be over-allocated) is freed while the arrays are kept."""
+    return {name: value if value.base is None else value.copy() for name, value in arrays.items()}
 
 
 def _encoded(values: pa.Array) -> pa.DictionaryArray:

@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from draligned.cess.parquet_batch import Checked, check_batch
+from draligned.cess.parquet_batch import Checked, check_batch, flag, unlist
 from draligned.cess.trajectory import TrajectoryError
 
 LAYOUT_KEY = b"draligned.cess.layout"
@@ -51,16 +51,6 @@ ROUND_LISTS = ("stop_prob", "round_y")
 """Round fields besides ``chosen``: one entry per round each."""
 
 
-def _offsets(arr: pa.Array) -> np.ndarray:
-    off = np.asarray(arr.offsets, np.int64)
-    return off - off[0]
-
-
-def _values(arr: pa.Array) -> pa.Array:
-    off = np.asarray(arr.offsets, np.int64)
-    return arr.values.slice(int(off[0]), int(off[-1] - off[0]))
-
-
 def flatten_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
     """A nested-layout batch (the JSON record's shape) in the flat layout; views where Arrow allows.
 
@@ -70,9 +60,10 @@ def flatten_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
     probs, chosen, stop, round_y = steps.flatten()
     if rounds.null_count or steps.null_count or probs.null_count:
         raise ValueError("flat layout: NULL rounds or probabilities (the trajectories are not validated)")
-    r_off = pa.array(_offsets(rounds).astype(np.int32))
-    p_off = np.asarray(probs.offsets, np.int64)[_offsets(rounds)]
-    flat_probs = pa.ListArray.from_arrays(pa.array((p_off - p_off[0]).astype(np.int32)), _values(probs))
+    round_off = unlist(rounds)[0]
+    r_off = pa.array(round_off.astype(np.int32))
+    p_off = np.asarray(probs.offsets, np.int64)[round_off]
+    flat_probs = pa.ListArray.from_arrays(pa.array((p_off - p_off[0]).astype(np.int32)), unlist(probs)[1])
     doc_ids, doc_y, doc_m = batch.column("pool").flatten()
     columns = [batch.column(name) for name in ("trajectory_id", "task_id", "ranking")]
     columns += [pc.cast(batch.column("budget"), pa.int64()), doc_ids, doc_y, doc_m]
@@ -91,7 +82,7 @@ def _shape_faults(batch: pa.RecordBatch) -> np.ndarray:
     faults += [pc.not_equal(pc.list_value_length(col(name)), t) for name in ROUND_LISTS]
     bad = np.zeros(batch.num_rows, bool)
     for fault in faults:
-        bad |= np.asarray(pc.fill_null(fault, True).to_numpy(zero_copy_only=False), bool)
+        bad |= flag(fault)
     return bad
 
 
@@ -99,14 +90,14 @@ def nested_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
     """A flat-layout batch of well-shaped rows (see :func:`_shape_faults`) as the nested layout's arrays
     (views: only the per-round ``probs`` offsets are computed)."""
     col = batch.column
-    r_off, n = _offsets(col("chosen")), np.diff(_offsets(col("doc_ids")))
+    (r_off, chosen), n = unlist(col("chosen")), np.diff(unlist(col("doc_ids"))[0])
     t = np.diff(r_off)
     owner = np.repeat(np.arange(batch.num_rows), t)
     step = np.arange(len(owner)) - r_off[:-1][owner]
-    p_off = _offsets(col("probs"))
+    p_off, p_values = unlist(col("probs"))
     round_off = np.append(p_off[:-1][owner] + step * n[owner], p_off[-1]).astype(np.int32)
-    probs = pa.ListArray.from_arrays(pa.array(round_off), _values(col("probs")))
-    steps = pa.StructArray.from_arrays([probs, _values(col("chosen"))] + [_values(col(name)) for name in ROUND_LISTS],
+    probs = pa.ListArray.from_arrays(pa.array(round_off), p_values)
+    steps = pa.StructArray.from_arrays([probs, chosen] + [unlist(col(name))[1] for name in ROUND_LISTS],
                                        names=["probs", "chosen", "stop_prob", "y"])
     pool = pa.StructArray.from_arrays([col("doc_ids"), col("doc_y"), col("doc_m")], names=["doc_ids", "y", "m"])
     rounds = pa.ListArray.from_arrays(pa.array(r_off.astype(np.int32)), steps)

@@ -5,17 +5,15 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from itertools import islice
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from draligned.cess.bench import BenchReport, BenchSettings, run_bench
-from draligned.cess.calibration import STOP_RULES
-from draligned.cess.experiments import SimulationReport, simulate
-from draligned.cess.perspectrum import load_perspectrum
-from draligned.cess.searches import SearchSettings
-from draligned.cess.trajectory import TrajectoryError
+from draligned.cess.searches import STOP_RULES
 from draligned.cli import add_command
+
+if TYPE_CHECKING:  # each subcommand imports what it runs (`cess estimate` none of the benches)
+    from draligned.cess.bench import BenchReport, BenchSettings
+    from draligned.cess.experiments import SimulationReport
 
 
 def _unit_interval(text: str) -> float:
@@ -87,12 +85,13 @@ def _run_estimate(args: argparse.Namespace) -> int:
     # The loaders (pyarrow, DuckDB) are imported here: `run` and `demo` import this module for
     # trajectory_format, and each command imports only what it runs (draligned/cli/__init__.py).
     import duckdb
-    import orjson
 
     from draligned.cess.column_estimators import estimate_columns, estimate_rows
     from draligned.cess.fastload import load_columns
     from draligned.cess.heap import keep_freed_memory
+    from draligned.cess.json_lines import json_lines
     from draligned.cess.parquet import load_parquet
+    from draligned.cess.trajectory import TrajectoryError
 
     load = load_parquet if trajectory_format(path, args.format) == "parquet" else load_columns
     if load is load_parquet:  # this process only loads and estimates: reuse the reader's freed temporaries
@@ -102,20 +101,19 @@ def _run_estimate(args: argparse.Namespace) -> int:
     except (TrajectoryError, OSError, duckdb.Error) as exc:
         print(f"error: {path}: {exc}", file=sys.stderr)
         return 2
-    rows = estimate_rows(columns, estimate_columns(columns, args.lam))
-    if args.json:  # orjson writes the bytes pydantic's model_dump_json would (tests/cess/test_columns.py)
+    estimates = estimate_columns(columns, args.lam)
+    if args.json:  # the bytes pydantic's model_dump_json would write (tests/cess/test_columns.py)
         sys.stdout.flush()
         out = getattr(sys.stdout, "buffer", None)
-        for batch in iter(lambda: list(islice(rows, 10_000)), []):
-            lines = b"".join(orjson.dumps(row) + b"\n" for row in batch)
-            out.write(lines) if out is not None else sys.stdout.write(lines.decode())
+        for piece in json_lines(columns, estimates):
+            out.write(piece) if out is not None else sys.stdout.write(bytes(piece).decode())
         sys.stdout.flush()
     else:
         print(
             f"CESS lambda = {args.lam}; CESS = Eq. 9, CESS13 = Eq. 13, CESS12 = Eq. 12; "
             "point estimates are omitted where the support interval (Eq. 10) applies"
         )
-        print(_estimate_table(list(rows)))
+        print(_estimate_table(list(estimate_rows(columns, estimates))))
     return 0
 
 
@@ -163,6 +161,8 @@ def simulation_text(report: SimulationReport) -> str:
 
 
 def _run_simulate(args: argparse.Namespace) -> int:
+    from draligned.cess.experiments import simulate
+
     report = simulate(seed=args.seed, pools=args.pools)
     print(report.model_dump_json() if args.json else simulation_text(report))
     return 0
@@ -248,6 +248,9 @@ def add_bench_options(pp: argparse.ArgumentParser) -> None:
 
 def bench_settings(args: argparse.Namespace) -> BenchSettings:
     """BenchSettings from the options of :func:`add_bench_options` (and ``--variant``/``--resamples``)."""
+    from draligned.cess.bench import BenchSettings
+    from draligned.cess.searches import SearchSettings
+
     rule = {"stop_rule": args.stop_rule} if args.stop_rule else {}
     search = SearchSettings(seeds=args.seeds, budget=args.budget, **rule)
     return BenchSettings(
@@ -258,6 +261,9 @@ def bench_settings(args: argparse.Namespace) -> BenchSettings:
 
 
 def _run_bench_perspectrum(args: argparse.Namespace) -> int:
+    from draligned.cess.bench import run_bench
+    from draligned.cess.perspectrum import load_perspectrum
+
     try:
         data = load_perspectrum(args.data, min_docs=args.min_docs, documents=args.documents)
     except (OSError, ValueError) as exc:

@@ -6,12 +6,13 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from draligned.cess.archive_runs import ARCHIVE_LAMBDA, CessRun, export_trajectories
-from draligned.cess.pairs import Interval, PairsReport, arm_summaries, pairs_report
 from draligned.cli.cess import _positive_int, _table, trajectory_format
-from draligned.guards import open_archive
-from draligned.workflow import load_cess_runs
+
+if TYPE_CHECKING:  # the archive layer is imported by the handlers: `cess estimate` needs none of it
+    from draligned.cess.archive_runs import CessRun
+    from draligned.cess.pairs import Interval, PairsReport
 
 ESTIMANDS_NOTE = (
     "Two different estimands (CESS paper, Theorem 2): dOpened = P - Q Opened Mean is a paired\n"
@@ -28,6 +29,9 @@ def _ci(value: Interval | None) -> str | None:
 
 def pool_estimates_text(runs: list[CessRun]) -> str:
     """Mean pool estimates per card, search cell and arm."""
+    from draligned.cess.archive_runs import ARCHIVE_LAMBDA
+    from draligned.cess.pairs import arm_summaries
+
     rows = [(a.card_id, a.cell, a.arm, a.runs, a.rounds, a.opened_mean, a.dr_raw, a.cess, a.theta_star,
              a.agent_ended) for a in arm_summaries(runs)]
     return (f"Pool estimates per arm (means over runs; CESS = Eq. 9 with lambda {ARCHIVE_LAMBDA}; "
@@ -55,12 +59,19 @@ def pairs_text(report: PairsReport) -> str:
 
 
 def _run_export(args: argparse.Namespace) -> int:
+    from draligned.cess.archive_runs import export_trajectories
+    from draligned.guards import open_archive
+
     n = export_trajectories(open_archive(args.archive), args.out, trajectory_format(args.out, args.format))
     print(f"{n} trajectories written to {args.out}", file=sys.stderr)
     return 0
 
 
 def _run_pairs(args: argparse.Namespace) -> int:
+    from draligned.cess.pairs import arm_summaries, pairs_report
+    from draligned.guards import open_archive
+    from draligned.workflow import load_cess_runs
+
     runs = load_cess_runs(open_archive(args.archive), verify=not args.no_verify)
     report = pairs_report(runs, n_resamples=args.resamples)
     if args.json:

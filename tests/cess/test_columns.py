@@ -133,6 +133,17 @@ def test_report_rows_serialise_like_the_pydantic_reports(varied: Path) -> None:
             assert again[name] == pytest.approx(value, rel=1e-12, abs=1e-12), name
 
 
+def test_cess_estimate_json_writes_the_bytes_of_the_pydantic_reports(
+        varied: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from draligned.cli import main
+
+    cols = load_columns(varied)
+    rows = estimate_rows(cols, estimate_columns(cols, 0.5))
+    expected = "".join(TrajectoryEstimate.model_validate(row).model_dump_json() + "\n" for row in rows)
+    assert main(["cess", "estimate", str(varied), "--json"]) == 0
+    assert capsys.readouterr().out == expected and expected.count("\n") == len(cols)
+
+
 @pytest.mark.parametrize(("name", "mutate", "field", "message"), CASES, ids=[c[0] for c in CASES])
 def test_the_fast_loader_names_the_same_line_field_and_message(
     tmp_path: Path, name: str, mutate: Callable[[dict], None], field: str, message: str
@@ -252,6 +263,26 @@ def _fast_path_only(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args: Any) -> None:
         raise AssertionError("the exact path was asked to check a range")
     monkeypatch.setattr(fastload, "_check_chunk", refuse)
+    monkeypatch.setattr(fastload._ExactWorkers, "submit", refuse)
+
+
+def test_ranges_pyarrow_cannot_decide_are_checked_in_worker_processes(
+        varied: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fastload, "CHUNK_BYTES", 20_000)
+    _exact_path_only(monkeypatch)
+    sent: list[tuple[int, int]] = []
+    submit = fastload._ExactWorkers.submit
+
+    def spy(self: Any, path: Path, start: int, end: int) -> Any:
+        sent.append((start, end))
+        return submit(self, path, start, end)
+    monkeypatch.setattr(fastload._ExactWorkers, "submit", spy)
+    parallel = load_columns(varied, workers=2)
+    assert sent == fastload._ranges(varied) and len(sent) > 5  # every range, none of them checked here
+    single = load_columns(varied, workers=1)
+    assert len(sent) == len(fastload._ranges(varied)) and parallel.trajectory_id == single.trajectory_id  # one: here
+    for name in COLUMN_FIELDS:
+        np.testing.assert_array_equal(getattr(parallel, name), getattr(single, name), err_msg=name)
 
 
 COLUMN_FIELDS = ("budget", "doc_start", "doc_m", "doc_y", "first_support", "round_start", "chosen", "y", "p", "stop",

@@ -15,12 +15,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from draligned.cess.columns import TrajectoryColumns
+from draligned.cess import parquet
+from draligned.cess.columns import ColumnSink, TrajectoryColumns
 from draligned.cess.fastload import load_columns
 from draligned.cess.heap import keep_freed_memory
 from draligned.cess.parquet import load_parquet, write_nested_parquet, write_parquet
 from draligned.cess.parquet_flat import FLAT, FLAT_SCHEMA, LAYOUT_KEY
 from draligned.cess.trajectory import TrajectoryError, load_trajectories
+from draligned.cli import main
 from tests.cess.test_columns import varied_trajectory
 from tests.cess.test_parquet import ROW_CASES
 from tests.cess.test_trajectory import VALID
@@ -159,3 +161,40 @@ def test_budget_of_any_integer_type_and_non_nullable_lists_read(tmp_path: Path) 
 def test_keep_freed_memory_turns_numpys_huge_page_advice_off() -> None:
     keep_freed_memory()
     assert np._core.multiarray._set_madvise_hugepage(False) is False  # the setting it found: already off
+
+
+def _damaged(data: bytes, tid: bytes, replace: bytes) -> bytes:
+    """The file with one trajectory id's PLAIN bytes (4-byte length, then the text) replaced."""
+    value = len(tid).to_bytes(4, "little") + tid
+    assert data.count(value) == 1
+    return data.replace(value, replace)
+
+
+DAMAGES = [  # the id's length says more bytes than the page holds / the id is not UTF-8
+    (lambda tid: (1 << 30).to_bytes(4, "little") + tid, "not readable (Invalid or truncated PLAIN-encoded BYTE_ARRAY"),
+    (lambda tid: len(tid).to_bytes(4, "little") + b"\xff" * len(tid),
+     "not readable (In chunk 0: Invalid: Invalid UTF8 sequence at string index 1)"),
+]
+
+
+@pytest.mark.parametrize(("replace", "message"), DAMAGES, ids=["truncated", "not-utf8"])
+def test_a_damaged_row_group_exits_2_naming_its_rows_and_column(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], replace: Callable[[bytes], bytes], message: str) -> None:
+    rows = [flat_row(VALID | {"trajectory_id": f"traj-{i:04d}"}) for i in range(6)]
+    good = _flat_file(tmp_path / "t.parquet", rows, schema=FLAT_SCHEMA, row_group_size=4, use_dictionary=False)
+    bad = tmp_path / "bad.parquet"
+    bad.write_bytes(_damaged(good.read_bytes(), b"traj-0005", replace(b"traj-0005")))
+    with pytest.raises(TrajectoryError) as info:
+        load_parquet(bad)
+    assert str(info.value).startswith(f"row group 1 (rows 5-6): trajectory_id: {message}")
+    assert main(["cess", "estimate", str(bad)]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {bad}: row group 1 (rows 5-6): trajectory_id: {message}")
+
+
+def test_a_file_holding_more_values_than_its_metadata_counts_is_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _flat_file(tmp_path / "t.parquet", [flat_row(VALID), flat_row(VALID | {"trajectory_id": "t2"})])
+    assert load_parquet(path).trajectory_id == ["t1", "t2"]
+    monkeypatch.setattr(parquet, "_sink", lambda meta, flat: ColumnSink(meta.num_rows, 6, 3))  # a round short
+    with pytest.raises(TrajectoryError, match=r"^file: <file>: holds more values than its metadata counts \(chosen: "):
+        load_parquet(path)

@@ -1,0 +1,106 @@
+"""`cess estimate --json` output: the bytes of ``orjson.dumps(row)`` and a newline for every row of
+:func:`~draligned.cess.column_estimators.estimate_rows`, written by DuckDB's JSON writer.
+
+10^6 rows as Python dicts cost about 3 CPU s (Python floats, dicts, one ``orjson.dumps`` each).
+DuckDB's ``to_json`` writes the same rows from Arrow columns in C++, in threads, and its text is
+orjson's (key order, shortest round-trip floats, ``null``, string escapes) except for what is listed
+in :func:`_rows_it_writes_apart`: some floats orjson writes in exponent form (``5e-6``, ``1e16``;
+DuckDB ``0.000005``, ``10000000000000000.0``) and the hexadecimal case of a control character's
+escape (``\\u001B`` for orjson's ``\\u001b``). Those rows (a few hundred in 10^6) are written by orjson
+from :func:`estimate_rows`, so every byte is orjson's; ``tests/cess/test_json_lines.py`` pins this
+against orjson on random bit patterns of floats and on every character.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import duckdb
+import numpy as np
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from draligned.cess.column_estimators import POINT_ESTIMATES, estimate_rows
+from draligned.cess.columns import TrajectoryColumns
+from draligned.cess.estimators import Estimates
+
+NUMBERS = ("opened_mean", "outcome_regression", *POINT_ESTIMATES, "ess", "max_weight", "theta_star")
+"""The float fields between ``rounds`` and ``support_interval``, in the row's order."""
+SLICE = 1 << 18
+"""Rows per DuckDB query: its text (about 100 MB) is written out before the next is made."""
+
+
+def _floats(values: np.ndarray, hidden: np.ndarray | None = None) -> pa.Array:
+    """A float column with NULL where orjson writes ``null``: NaN and infinities (and hidden rows)."""
+    null = ~np.isfinite(values) if hidden is None else hidden | ~np.isfinite(values)
+    return pa.array(values, mask=null)
+
+
+def _table(cols: TrajectoryColumns, est: Estimates, tasks: pa.Array) -> pa.Table:
+    hidden = est.support.applies
+    numbers = {name: _floats(getattr(est, name)) for name in NUMBERS[:2]}
+    numbers |= {name: _floats(getattr(est, name), hidden) for name in POINT_ESTIMATES}
+    numbers |= {"ess": _floats(est.weights.ess), "max_weight": _floats(est.weights.max_weight),
+                "theta_star": _floats(est.theta_star)}
+    bounds = np.column_stack([est.support.lower, est.support.upper]).ravel()
+    interval = pa.ListArray.from_arrays(pa.array(np.arange(0, 2 * len(hidden) + 1, 2, dtype=np.int32)),
+                                        _floats(bounds), mask=pa.array(~hidden))
+    return pa.table({"trajectory_id": pa.array(cols.trajectory_id, pa.string()), "task_id": tasks,
+                     "rounds": pa.array(cols.n_rounds), **numbers, "support_interval": interval})
+
+
+def _rows_it_writes_apart(table: pa.Table) -> np.ndarray:
+    """Rows where DuckDB's text is not orjson's: a nonzero float below 1e-5 or at least 1e16 in magnitude
+    (orjson's exponent forms; infinities, which are NULL here, count too), or an id with a control character."""
+    odd = np.zeros(table.num_rows, bool)
+    for name in table.column_names:
+        column = table.column(name).combine_chunks()
+        if pa.types.is_string(column.type):
+            odd |= np.asarray(pc.fill_null(pc.match_substring_regex(column, "[\\x00-\\x1f\\x7f]"), False))
+            continue
+        if pa.types.is_list(column.type):  # the support intervals: two bounds per row that has one
+            owner, values = np.repeat(np.flatnonzero(np.asarray(pc.is_valid(column))), 2), column.flatten()
+        elif pa.types.is_floating(column.type):
+            owner, values = np.arange(len(column)), column
+        else:
+            continue
+        v = np.asarray(values.to_numpy(zero_copy_only=False), float)  # NULL: NaN, written alike
+        with np.errstate(invalid="ignore"):
+            apart = (v != 0) & ((np.abs(v) < 1e-5) | (np.abs(v) >= 1e16))
+        odd[owner[apart]] = True
+    return np.flatnonzero(odd)
+
+
+def json_lines(cols: TrajectoryColumns, est: Estimates) -> Iterator[bytes | memoryview]:
+    """The JSON Lines of the estimates, in order, in pieces of bytes."""
+    tasks = pa.array(cols.task_id, pa.string())
+    table = _table(cols, est, tasks)
+    apart = _rows_it_writes_apart(table)
+    fixed = dict(zip(apart.tolist(), (orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE)
+                                      for row in estimate_rows(cols, est, rows=apart)), strict=True))
+    con = duckdb.connect()
+    con.execute("SET preserve_insertion_order = true")
+    keys = ", ".join(f"'{name}': \"{name}\"" for name in table.column_names)
+    for lo in range(0, table.num_rows, SLICE):
+        con.register("part", table.slice(lo, SLICE))
+        text = con.sql(f"SELECT to_json({{{keys}}}) || chr(10) AS line FROM part").to_arrow_table().column(0)
+        row = lo
+        for chunk in text.chunks:
+            yield from _spliced(chunk, row, fixed)
+            row += len(chunk)
+        if row != lo + min(SLICE, table.num_rows - lo):
+            raise AssertionError(f"DuckDB wrote {row - lo} lines for {min(SLICE, table.num_rows - lo)} rows")
+
+
+def _spliced(chunk: pa.Array, first: int, fixed: dict[int, bytes]) -> Iterator[bytes | memoryview]:
+    """The bytes of a chunk of lines (row ``first`` on), with orjson's line in place of each row in ``fixed``."""
+    kind = np.int64 if pa.types.is_large_string(chunk.type) else np.int32
+    offsets = np.frombuffer(chunk.buffers()[1], kind)[chunk.offset:chunk.offset + len(chunk) + 1]
+    data = memoryview(chunk.buffers()[2])
+    at = int(offsets[0])
+    for row in (r for r in fixed if first <= r < first + len(chunk)):
+        yield data[at:int(offsets[row - first])]
+        yield fixed[row]
+        at = int(offsets[row - first + 1])
+    yield data[at:int(offsets[-1])]

@@ -1,0 +1,75 @@
+"""`cess estimate --json` through DuckDB's JSON writer: every byte that of orjson per row dict."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+import numpy as np
+import orjson
+import pytest
+
+from draligned.cess import json_lines as jl
+from draligned.cess.column_estimators import estimate_columns, estimate_rows
+from draligned.cess.columns import TrajectoryColumns
+from draligned.cess.estimators import Estimates
+from draligned.cess.fastload import load_columns
+from tests.cess.test_columns import varied_trajectory
+
+
+def _orjson(cols: TrajectoryColumns, est: Estimates) -> bytes:
+    return b"".join(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE) for row in estimate_rows(cols, est))
+
+
+def _written(cols: TrajectoryColumns, est: Estimates) -> bytes:
+    return b"".join(jl.json_lines(cols, est))
+
+
+@pytest.fixture(scope="module")
+def estimated(tmp_path_factory: pytest.TempPathFactory) -> tuple[TrajectoryColumns, Estimates]:
+    rng = random.Random(5)
+    path = tmp_path_factory.mktemp("jl") / "t.jsonl"
+    path.write_bytes(b"".join(orjson.dumps(varied_trajectory(rng, i)) + b"\n" for i in range(400)))
+    cols = load_columns(path)
+    return cols, estimate_columns(cols, 0.5)
+
+
+def test_the_lines_are_orjsons_bytes_with_support_intervals_and_unknown_targets(
+        estimated: tuple[TrajectoryColumns, Estimates], monkeypatch: pytest.MonkeyPatch) -> None:
+    cols, est = estimated
+    assert est.support.applies.any() and np.isnan(est.theta_star).any()
+    monkeypatch.setattr(jl, "SLICE", 64)  # several queries, each with its chunks
+    assert _written(cols, est) == _orjson(cols, est)
+
+
+def test_floats_of_every_bit_pattern_are_written_as_orjson_writes_them(
+        estimated: tuple[TrajectoryColumns, Estimates]) -> None:
+    cols, est = estimated
+    n, rng = len(cols), np.random.default_rng(7)
+    bits = rng.integers(0, 2**64, (12, n), dtype=np.uint64).view(np.float64)
+    plain = rng.uniform(0.1, 1, (12, n)) * rng.choice([-1, 1], (12, n)) * 10.0 ** rng.integers(-4, 16, (12, n))
+    values = np.where(rng.random((12, n)) < 0.01, bits, plain)  # mostly what DuckDB writes itself
+    edges = [0.0, -0.0, 1e-5, 9.999999999999999e-6, 1e16, 9.999999999999998e15, np.inf, -np.inf, np.nan, 5e-324,
+             1e-7, 0.5]  # of DuckDB's forms, NaN, infinities: each in a row of its own, for each field
+    for shift, edge in enumerate(edges):
+        rows = (np.arange(12) * len(edges) + shift) * 2 + 1
+        values[np.arange(12), rows] = edge
+        values[:, rows] = np.where(np.abs(values[:, rows]) < 1e-5, 0.5, values[:, rows])  # no other odd value
+        values[np.arange(12), rows] = edge
+    weights = replace(est.weights, ess=values[7], max_weight=values[8])
+    support = replace(est.support, lower=values[9], upper=values[10])
+    wild = replace(est, opened_mean=values[0], outcome_regression=values[1], ipw_raw=values[2], dr_raw=values[3],
+                   cess=values[4], cess_clip_then_shrink=values[5], cess_opened_anchor=values[6],
+                   theta_star=values[11], weights=weights, support=support)
+    assert 0 < len(jl._rows_it_writes_apart(jl._table(cols, wild, jl.pa.array(cols.task_id)))) < n / 2
+    assert _written(cols, wild) == _orjson(cols, wild)
+
+
+def test_ids_of_every_character_are_written_as_orjson_writes_them(
+        estimated: tuple[TrajectoryColumns, Estimates]) -> None:
+    cols, est = estimated
+    characters = [chr(c) for c in range(0x2100) if not 0xD800 <= c < 0xE000] + ["\u2028", "\ufeff", "\U0001f600"]
+    step = len(characters) // len(cols) + 1
+    ids = [f"t{i}" + "".join(characters[i * step:(i + 1) * step]) + '"\\' for i in range(len(cols))]
+    named = replace(cols, trajectory_id=ids, task_id=[characters[(5 * i) % 128] for i in range(len(cols))])
+    assert _written(named, est) == _orjson(named, est)
