@@ -71,24 +71,6 @@ class Shard:
             yield
 
 
-@dataclass(frozen=True)
-class SlotSet:
-    """An explicit set of slots (what one Ray task runs), part ``name`` of the split ``group``."""
-
-    slot_ids: frozenset[str]
-    group: str
-    name: str
-
-    def owns(self, slot_id: str) -> bool:
-        return slot_id in self.slot_ids
-
-    @contextmanager
-    def locked(self, archive: Archive) -> Iterator[None]:
-        with lock_part(archive, self.group, f".run.part-{self.group}-{self.name}.lock",
-                       f"part {self.name} of {self.group}"):
-            yield
-
-
 def parse_shard(text: str) -> Shard:
     """``K/N`` with 1 ≤ K ≤ N as a Shard; ValueError saying what is wrong."""
     m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
