@@ -171,13 +171,16 @@ def merge_archives(sources: list[str | Path], into: str | Path) -> MergeResult:
         return merge_locked(shards, target)
 
 
-def merge_locked(shards: list[Archive], target: Archive) -> MergeResult:
-    """``merge_archives`` for a caller that holds the archives' run locks (the Ray driver)."""
+def merge_locked(shards: list[Archive], target: Archive, index: bool = True) -> MergeResult:
+    """``merge_archives`` for a caller that holds the archives' run locks (the Ray driver); ``index`` False
+    leaves the index to the caller (the Ray driver removes the merged shards from the archive first, which
+    would make a fresh index stale)."""
     damaged = [line for archive in (target, *shards) for line in verify(archive)]
     if damaged:
         raise ArchiveError("refusing to merge damaged archives, nothing was copied:\n" + "\n".join(damaged))
     plan = plan_merge(shards, target)
     copied = apply_merge(plan)
-    rebuild(target)
+    if index:
+        rebuild(target)
     return MergeResult(into=target.root, copied=copied, present=plan.present, runs=len(target.record_paths()),
                        kept_first=plan.kept_first)

@@ -62,33 +62,56 @@ def _ray() -> Any:
 
 
 class ModelLimits:
-    """The named actor: at most ``limits[model]`` runs of a model hold a lease at once, cluster-wide."""
+    """The named actor: at most ``limit`` runs of a study's model hold a lease at once, cluster-wide. One per
+    driver, shared by the studies it runs (each keys its models by a token of its own)."""
 
-    def __init__(self, limits: dict[str, int]) -> None:
-        self.limits = limits
-        self.holders: dict[str, dict[str, str]] = {m: {} for m in limits}  # model -> lease -> node id
+    def __init__(self) -> None:
+        self.holders: dict[str, dict[str, str]] = {}  # study token/model -> lease -> node id
 
-    def try_acquire(self, model: str, lease: str, node: str) -> bool:
-        held = self.holders[model]
-        if len(held) >= self.limits[model] and lease not in held:
+    def try_acquire(self, key: str, limit: int, lease: str, node: str) -> bool:
+        held = self.holders.setdefault(key, {})
+        if len(held) >= limit and lease not in held:
             alive = {n["NodeID"] for n in _ray().nodes() if n["Alive"]}
             for dead in [k for k, v in held.items() if v not in alive]:  # a lost node's leases come back
                 del held[dead]
-        if lease in held or len(held) < self.limits[model]:
+        if lease in held or len(held) < limit:
             held[lease] = node
             return True
         return False
 
-    def release(self, model: str, lease: str) -> None:
-        self.holders[model].pop(lease, None)
+    def release(self, key: str, lease: str) -> None:
+        held = self.holders.get(key, {})
+        held.pop(lease, None)
+        if not held:
+            self.holders.pop(key, None)
 
 
-def run_slot(study: Study, slot: Slot, attempt: int, limits: Any, lease: str) -> dict[str, Any]:
-    """The Ray task: run attempt ``attempt`` of ``slot`` into a node-local shard under a lease of the limits
-    actor; returns the shard's files and the run's RunOutcome."""
+_LIMITS: dict[str, Any] = {}
+"""The Ray job id of this driver's connection -> its ModelLimits actor, kept while the connection lasts: an
+actor's process takes seconds to start, and a named actor without a handle is collected."""
+
+
+def _limits_actor(ray: Any) -> Any:
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    context = ray.get_runtime_context()
+    job = context.get_job_id()
+    if job not in _LIMITS:
+        _LIMITS.clear()  # an earlier connection's actor ended with it
+        here = NodeAffinitySchedulingStrategy(context.get_node_id(), soft=False)
+        _LIMITS[job] = ray.remote(num_cpus=0)(ModelLimits).options(
+            name=f"draligned-limits-{secrets.token_hex(4)}", scheduling_strategy=here).remote()
+    return _LIMITS[job]
+
+
+def run_slot(study: Study, slot: Slot, attempt: int, limits: Any, token: str, lease: str) -> dict[str, Any]:
+    """The Ray task: run attempt ``attempt`` of ``slot`` into a node-local shard under a lease ``lease`` of the
+    limits actor (for the model of the study run ``token``); returns the shard's files and the run's
+    RunOutcome."""
     ray = _ray()
     node = ray.get_runtime_context().get_node_id()
-    while not ray.get(limits.try_acquire.remote(slot.model, lease, node)):
+    key, limit = f"{token}/{slot.model}", _limit(study)[slot.model]
+    while not ray.get(limits.try_acquire.remote(key, limit, lease, node)):
         time.sleep(LEASE_POLL_S)
     scratch = Path(tempfile.mkdtemp(prefix="draligned-shard-"))
     try:
@@ -97,7 +120,7 @@ def run_slot(study: Study, slot: Slot, attempt: int, limits: Any, lease: str) ->
                 "outcome": outcome}
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-        ray.get(limits.release.remote(slot.model, lease))
+        ray.get(limits.release.remote(key, lease))
 
 
 async def _run_one(study: Study, slot: Slot, attempt: int) -> RunOutcome:
@@ -128,10 +151,11 @@ def _limit(study: Study) -> dict[str, int]:
 
 
 def _merge_staged(archive: Archive) -> None:
-    """Merge every shard staged under the archive into it, then remove them."""
+    """Merge every shard staged under the archive into it, then remove them (the run's ``refresh`` indexes
+    the archive after)."""
     staged = sorted(p for p in (archive.root / STAGING).glob("*") if p.is_dir())
     if staged:
-        merge_locked([Archive(p) for p in staged], archive)
+        merge_locked([Archive(p) for p in staged], archive, index=False)
         shutil.rmtree(archive.root / STAGING)
 
 
@@ -172,13 +196,10 @@ def in_ray(address: str, max_retries: int = MAX_RETRIES) -> Execute:
 
 
 async def _run_tasks(ray: Any, study: Study, dispatch: Dispatch, max_retries: int) -> None:
-    """Keep up to ``concurrency`` tasks in flight, each with the next slot ``dispatch`` lets start; stage
-    each returned shard and tell ``dispatch`` its run's outcome."""
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-    limits = ray.remote(num_cpus=0)(ModelLimits).options(
-        name=f"draligned-limits-{secrets.token_hex(4)}", scheduling_strategy=here).remote(_limit(study))
+    """Keep up to the study's ``concurrency`` tasks in flight, each with the next slot ``dispatch`` lets start
+    (it applies the cost cap and the connection-failure stop); stage each returned shard and tell
+    ``dispatch`` its run's outcome. The driver does not see a running task's cost: the cap counts ended runs."""
+    limits = _limits_actor(ray)
     task = ray.remote(num_cpus=1, max_retries=max_retries)(run_slot)
     token, numbers = secrets.token_hex(4), itertools.count()
     in_flight: dict[asyncio.Future[Any], tuple[Slot, str]] = {}
@@ -186,7 +207,7 @@ async def _run_tasks(ray: Any, study: Study, dispatch: Dispatch, max_retries: in
     def fill() -> None:
         while len(in_flight) < study.spec.concurrency and (got := dispatch.take()) is not None:
             lease = f"{token}-{next(numbers):06d}"
-            ref = task.remote(study, got[0], got[1], limits, lease)
+            ref = task.remote(study, got[0], got[1], limits, token, lease)
             in_flight[asyncio.wrap_future(ref.future())] = (got[0], lease)
 
     fill()
@@ -201,8 +222,8 @@ async def _run_tasks(ray: Any, study: Study, dispatch: Dispatch, max_retries: in
                 why = str(cause).strip().splitlines()[-1] if str(cause).strip() else type(cause).__name__
                 dispatch.result.not_started[slot.slot_id] = f"Ray task failed ({type(cause).__name__}): {why}"
                 dispatch.tell()
-                continue
-            for rel, data in out["files"].items():
-                write_once(dispatch.result.archive.root / STAGING / lease / rel, data)
-            dispatch.end(out["outcome"])
-        fill()
+            else:
+                for rel, data in out["files"].items():
+                    write_once(dispatch.result.archive.root / STAGING / lease / rel, data)
+                dispatch.end(out["outcome"])
+            fill()  # after each run, as a lane of --workers takes its next slot when its run ends
