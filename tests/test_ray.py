@@ -9,6 +9,7 @@ import shutil
 import threading
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -20,6 +21,7 @@ from draligned.indexing import verify
 from draligned.records import FINISHED
 from draligned.study import load_study
 from draligned.workflow import run_study_file
+from tests import independent_provider
 from tests.independent_provider import State, serve
 from tests.study_helpers import write_study
 from tests.test_gateway import study as provider_study
@@ -32,10 +34,11 @@ KEY = "sk-ray-9d41-SECRET"
 """The provider key of the studies (``GW_KEY``): in the environment the cluster's nodes start with."""
 NODE = {"num_cpus": 1, "object_store_memory": 80 * 1024**2}
 #: The head without what these studies do not use (each a Python process to start): the dashboard, the
-#: autoscaler's monitor, the log monitor (the driver takes no worker logs).
-#: Each node's task worker imports the task's module when the node starts, not at its first task.
+#: autoscaler's monitor, the log monitor (the driver takes no worker logs). Every node's workers import the
+#: task's module and the studies' model client when they start, not in their first task.
+PRELOAD = ["draligned.distributed.ray_run", "draligned.models.openai_chat"]
 HEAD = {**NODE, "include_dashboard": False, "no_monitor": True, "include_log_monitor": False,
-        "_system_config": {"preload_python_modules": ["draligned.distributed.ray_run"]}}
+        "_system_config": {"preload_python_modules": PRELOAD}}
 #: Each priced run: 2 calls of 120 input + 30 output tokens at $1 / $2 per million.
 RUN_COST = 0.00036
 
@@ -73,6 +76,17 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster]:
             started.shutdown()
 
 
+@contextmanager
+def provider() -> Iterator[str]:
+    """The independent loopback provider (tests/independent_provider.py): its base URL."""
+    server = serve(State())
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_a_rerun_first_merges_the_shards_a_killed_driver_staged(tmp_path: Path):
     """A driver killed after its tasks returned left their shards staged: the next run merges them and finds
     nothing left to run (so it starts no Ray at all; first in the module, before the cluster starts)."""
@@ -99,24 +113,18 @@ def test_the_study_cost_cap_holds_across_ray_tasks_and_a_later_run_resumes(tmp_p
     """Two tasks in flight, $0.00036 a run, cap $0.0005: the first to end leaves $0.00036 spent, so one more
     starts; the second to end spends the cap, so none of the other three starts. A cap per task (each task
     its own archive) would have run all six."""
-    with_server = serve(State())
-    try:
-        url = f"http://127.0.0.1:{with_server.server_address[1]}/v1"
+    with provider() as url:
         path = provider_study(tmp_path, "openai-chat", url, model="m-x", arms='"all"',
                               extra="seeds = 3\nconcurrency = 2\nmax_cost_usd = 0.0005",
                               model_extra="price = { input = 1.0, output = 2.0 }")
-        address = cluster.address
-        assert main(["run", str(path), "--ray", address]) == 1
+        assert main(["run", str(path), "--ray", cluster.address]) == 1
         out = capsys.readouterr().out
         archive = Archive(tmp_path / "archive")
         assert [r.counters.cost_usd for r in archive.records()] == [RUN_COST] * 3
         assert f"spent: ${3 * RUN_COST:.4f} of max_cost_usd $0.0005" in out
         assert "not started: 3 slot(s): study cost cap reached" in out
         path.write_text(path.read_text().replace("max_cost_usd = 0.0005", "max_cost_usd = 1.0"))
-        assert main(["run", str(path), "--ray", address]) == 0
-    finally:
-        with_server.shutdown()
-        with_server.server_close()
+        assert main(["run", str(path), "--ray", cluster.address]) == 0
     assert _finished_per_slot(archive) == Counter(dict.fromkeys(_finished_per_slot(archive), 1))
     assert len(archive.records()) == 6 and verify(archive) == []
 
@@ -137,13 +145,20 @@ def test_an_unreachable_model_stops_a_ray_study_after_consecutive_connection_fai
 
 
 @pytest.mark.slow
-def test_a_node_lost_mid_study_costs_only_its_in_flight_runs(tmp_path: Path, cluster: RayCluster):
-    """The worker node is killed as soon as a run has started there (its started marker is in the node's
-    scratch shard): that task is retried on the head. Last in the module: the cluster keeps only its head."""
+def test_a_node_lost_mid_study_costs_only_its_in_flight_runs(tmp_path: Path, cluster: RayCluster,
+                                                              monkeypatch: pytest.MonkeyPatch):
+    """Every model reply waits until the worker node is killed, which happens as soon as a run has started
+    there (its started marker is in the node's scratch shard): that run is in flight, and its task is rerun
+    on the head. Last in the module: the cluster keeps only its head."""
     from draligned.distributed.ray_run import STAGING, run_study_ray
 
-    study = write_study(tmp_path, ["travel_budget_en.json", "career_mobility_en.json"], latency_s=0.05)
-    single = run_study_file(study, tmp_path / "single")
+    replies = threading.Event()
+
+    def held(state: State, body: dict[str, Any], n: int) -> tuple[int, dict[str, Any]]:
+        replies.wait(timeout=60)
+        return independent_provider.chat(state, body, n)
+
+    monkeypatch.setitem(independent_provider.ROUTES, "/v1/chat/completions", held)
     lost: list[str] = []
     ended = threading.Event()
 
@@ -152,15 +167,22 @@ def test_a_node_lost_mid_study_costs_only_its_in_flight_runs(tmp_path: Path, clu
             if started := list(cluster.worker_tmp.glob("draligned-shard-*/runs/*.started.json")):
                 cluster.cluster.remove_node(cluster.worker, allow_graceful=False)
                 lost.append(started[0].name.removesuffix(".started.json"))
-                return
+                break
+        replies.set()
 
-    watcher = threading.Thread(target=kill_the_worker_node_mid_run)
-    watcher.start()
-    try:
-        result = run_study_ray(load_study(study, tmp_path / "ray"), cluster.address)
-    finally:
-        ended.set()
-        watcher.join()
+    assert not list(cluster.worker_tmp.iterdir())  # the earlier tests' tasks removed their scratch shards
+    with provider() as url:
+        study = provider_study(tmp_path, "openai-chat", url, "m-x", arms='"all"', extra="seeds = 2\nconcurrency = 3")
+        replies.set()
+        single = run_study_file(study, tmp_path / "single")
+        replies.clear()
+        watcher = threading.Thread(target=kill_the_worker_node_mid_run)
+        watcher.start()
+        try:
+            result = run_study_ray(load_study(study, tmp_path / "ray"), cluster.address)
+        finally:
+            ended.set()
+            watcher.join()
     merged = Archive(tmp_path / "ray")
     assert verify(merged) == []
     finished = _finished_per_slot(merged)
