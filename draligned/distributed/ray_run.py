@@ -86,22 +86,23 @@ class ModelLimits:
             self.holders.pop(key, None)
 
 
-_LIMITS: dict[str, Any] = {}
-"""The Ray job id of this driver's connection -> its ModelLimits actor, kept while the connection lasts: an
-actor's process takes seconds to start, and a named actor without a handle is collected."""
+_LIMITS: dict[tuple[str, str], Any] = {}
+"""(the driver's node id, its Ray job id) -> its ModelLimits actor, kept while this connection lasts: an
+actor's process takes seconds to start, and a named actor without a handle is collected. A new cluster has
+new node ids, a new connection a new job id."""
 
 
 def _limits_actor(ray: Any) -> Any:
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     context = ray.get_runtime_context()
-    job = context.get_job_id()
-    if job not in _LIMITS:
+    key = (context.get_node_id(), context.get_job_id())
+    if key not in _LIMITS:
         _LIMITS.clear()  # an earlier connection's actor ended with it
-        here = NodeAffinitySchedulingStrategy(context.get_node_id(), soft=False)
-        _LIMITS[job] = ray.remote(num_cpus=0)(ModelLimits).options(
+        here = NodeAffinitySchedulingStrategy(key[0], soft=False)
+        _LIMITS[key] = ray.remote(num_cpus=0)(ModelLimits).options(
             name=f"draligned-limits-{secrets.token_hex(4)}", scheduling_strategy=here).remote()
-    return _LIMITS[job]
+    return _LIMITS[key]
 
 
 def run_slot(study: Study, slot: Slot, attempt: int, limits: Any, token: str, lease: str) -> dict[str, Any]:
