@@ -34,11 +34,8 @@ KEY = "sk-ray-9d41-SECRET"
 """The provider key of the studies (``GW_KEY``): in the environment the cluster's nodes start with."""
 NODE = {"num_cpus": 1, "object_store_memory": 80 * 1024**2}
 #: The head without what these studies do not use (each a Python process to start): the dashboard, the
-#: autoscaler's monitor, the log monitor (the driver takes no worker logs). Every node's workers import the
-#: task's module and the studies' model client when they start, not in their first task.
-PRELOAD = ["draligned.distributed.ray_run", "draligned.models.openai_chat"]
-HEAD = {**NODE, "include_dashboard": False, "no_monitor": True, "include_log_monitor": False,
-        "_system_config": {"preload_python_modules": PRELOAD}}
+#: autoscaler's monitor, the log monitor (the driver takes no worker logs).
+HEAD = {**NODE, "include_dashboard": False, "no_monitor": True, "include_log_monitor": False}
 #: Each priced run: 2 calls of 120 input + 30 output tokens at $1 / $2 per million.
 RUN_COST = 0.00036
 

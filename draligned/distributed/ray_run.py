@@ -8,8 +8,9 @@ runner's lanes into a fresh node-local archive shard and returns the shard's fil
 driver stages the files under ``ARCHIVE/.ray-shards/`` as they arrive, tells ``Dispatch`` the outcome, and at
 the end merges the staged shards into the study's archive (draligned.shards.merge_locked). A task lost with
 its node is retried on another (``max_retries``), so a lost node costs only its in-flight runs; a rerun first
-merges the shards a killed driver staged, then skips every finished slot. A named actor admits at most
-``max_connections`` runs of each model at once across the cluster (a lease a dead node held is given back).
+merges the shards a killed driver staged, then skips every finished slot. A named actor
+(draligned.distributed.ray_limits) admits at most ``max_connections`` runs of each model at once across the
+cluster (a lease a dead node held is given back).
 Ray is imported only here (``pip install 'draligned[ray]'``).
 """
 
@@ -27,6 +28,7 @@ from typing import Any
 from draligned.archive import Archive
 from draligned.archive.merge import archive_files
 from draligned.archive.store import write_once
+from draligned.distributed.ray_limits import ModelLimits
 from draligned.models import ModelAPI
 from draligned.records import Slot
 from draligned.runner import (
@@ -59,31 +61,6 @@ def _ray() -> Any:
     except ImportError:
         raise StudyError("--ray needs Ray: pip install 'draligned[ray]'") from None
     return ray
-
-
-class ModelLimits:
-    """The named actor: at most ``limit`` runs of a study's model hold a lease at once, cluster-wide. One per
-    driver, shared by the studies it runs (each keys its models by a token of its own)."""
-
-    def __init__(self) -> None:
-        self.holders: dict[str, dict[str, str]] = {}  # study token/model -> lease -> node id
-
-    def try_acquire(self, key: str, limit: int, lease: str, node: str) -> bool:
-        held = self.holders.setdefault(key, {})
-        if len(held) >= limit and lease not in held:
-            alive = {n["NodeID"] for n in _ray().nodes() if n["Alive"]}
-            for dead in [k for k, v in held.items() if v not in alive]:  # a lost node's leases come back
-                del held[dead]
-        if lease in held or len(held) < limit:
-            held[lease] = node
-            return True
-        return False
-
-    def release(self, key: str, lease: str) -> None:
-        held = self.holders.get(key, {})
-        held.pop(lease, None)
-        if not held:
-            self.holders.pop(key, None)
 
 
 _LIMITS: dict[tuple[str, str], Any] = {}
@@ -139,8 +116,7 @@ async def _run_one(study: Study, slot: Slot, attempt: int) -> RunOutcome:
     put_provenance(study, archive)  # a shard verifies on its own before it is merged
     search = open_study_search(study)
     try:
-        await run_slots(study, archive, search, prepare_models(study, {slot.model}),
-                        take, end, 1)
+        await run_slots(study, archive, search, prepare_models(study, {slot.model}), take, end, 1)
     finally:
         await search.aclose()
     return ended[0]
