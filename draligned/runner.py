@@ -10,8 +10,9 @@ failed to connect ``retry.stop_after_connection_failures`` times in a row no new
 starts. Running runs finish; the slots not started stay unstarted, so a later ``run`` resumes them.
 
 Both rules live in ``Dispatch``, which hands the slots out one at a time to the lanes of ``run_slots``: on
-this event loop (``in_process``), or in worker processes too (draligned.workers). A study keeps each ended
-run's ``RunOutcome``, not its record, so its memory does not grow with the runs.
+this event loop (``in_process``), in worker processes too (draligned.workers), or in Ray tasks
+(draligned.distributed.ray_run). A study keeps each ended run's ``RunOutcome``, not its record, so its memory
+does not grow with the runs.
 """
 
 from __future__ import annotations
@@ -256,7 +257,7 @@ async def run_slots(study: Study, archive: Archive, search: StudySearch, models:
 class Dispatch:
     """The study-wide side of a run: hands out the slots still to do one at a time, starts none once the
     study's cost cap is spent or while its model is unreachable, counts every run that ended and tells
-    ``progress``. The same in one process and across worker processes (each a ``source``)."""
+    ``progress``. The same in one process, across worker processes (each a ``source``) and for Ray tasks."""
 
     def __init__(self, study: Study, todo: list[Slot], attempts: dict[str, int], result: StudyResult,
                  models: dict[str, ModelAPI], earlier: float, progress: ProgressCallback | None) -> None:
@@ -350,8 +351,8 @@ async def run_study(study: Study, progress: ProgressCallback | None = None, veri
                     execute: Execute = in_process, part: StudyPart | None = None) -> StudyResult:
     """Run every unfinished slot of ``study`` with bounded concurrency through ``execute`` (default: on
     this event loop), telling ``progress`` how far it is; ``verify`` False skips checking the run records'
-    hashes first (``--no-verify``); ``part`` runs only its slots, under its own locks (``--shard K/N``, a Ray
-    task; see draligned.shards)."""
+    hashes first (``--no-verify``); ``part`` runs only its slots, under its own locks (``--shard K/N``; see
+    draligned.shards)."""
     archive = Archive(study.archive_root)
     search = open_study_search(study)
     try:
@@ -389,6 +390,16 @@ async def _run_with(study: Study, archive: Archive, search: StudySearch,
     return result
 
 
+def put_provenance(study: Study, archive: Archive) -> None:
+    """Archive the exact study, card and contract bytes every run of ``study`` names by hash."""
+    archive.put_blob(study.path.read_bytes())
+    for lc in study.cards:
+        if archive.put_blob(Path(lc.path).read_bytes()) != lc.file_sha256:
+            raise StudyError(f"{lc.path}: card file changed while the study was starting")
+    for c in study.contracts.values():
+        archive.put_blob(c.raw)
+
+
 async def _run_locked(study: Study, archive: Archive, search: StudySearch, slots: list[Slot],
                       models: dict[str, ModelAPI], verify: bool, progress: ProgressCallback | None,
                       execute: Execute, alone: bool) -> StudyResult:
@@ -403,13 +414,7 @@ async def _run_locked(study: Study, archive: Archive, search: StudySearch, slots
     todo = [s for s in todo if s.model in models]
     result = StudyResult(archive=archive, slots=len(slots), skipped=len(slots) - len(todo))
     if todo:
-        # Provenance: the exact study, card and contract bytes every run names by hash.
-        archive.put_blob(study.path.read_bytes())
-        for lc in study.cards:
-            if archive.put_blob(Path(lc.path).read_bytes()) != lc.file_sha256:
-                raise StudyError(f"{lc.path}: card file changed while the study was starting")
-        for c in study.contracts.values():
-            archive.put_blob(c.raw)
+        put_provenance(study, archive)
     priced = any(m.declaration.price is not None for m in models.values())
     earlier = study_cost(archive, study.spec.name) if priced else 0.0
     dispatch = Dispatch(study, todo, attempts, result, models, earlier, progress)

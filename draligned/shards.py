@@ -71,24 +71,6 @@ class Shard:
             yield
 
 
-@dataclass(frozen=True)
-class SlotSet:
-    """An explicit set of slots (what one Ray task runs), part ``name`` of the split ``group``."""
-
-    slot_ids: frozenset[str]
-    group: str
-    name: str
-
-    def owns(self, slot_id: str) -> bool:
-        return slot_id in self.slot_ids
-
-    @contextmanager
-    def locked(self, archive: Archive) -> Iterator[None]:
-        with lock_part(archive, self.group, f".run.part-{self.group}-{self.name}.lock",
-                       f"part {self.name} of {self.group}"):
-            yield
-
-
 def parse_shard(text: str) -> Shard:
     """``K/N`` with 1 ≤ K ≤ N as a Shard; ValueError saying what is wrong."""
     m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
@@ -189,13 +171,16 @@ def merge_archives(sources: list[str | Path], into: str | Path) -> MergeResult:
         return merge_locked(shards, target)
 
 
-def merge_locked(shards: list[Archive], target: Archive) -> MergeResult:
-    """``merge_archives`` for a caller that holds the archives' run locks (the Ray driver)."""
+def merge_locked(shards: list[Archive], target: Archive, index: bool = True) -> MergeResult:
+    """``merge_archives`` for a caller that holds the archives' run locks (the Ray driver); ``index`` False
+    leaves the index to the caller (the Ray driver removes the merged shards from the archive first, which
+    would make a fresh index stale)."""
     damaged = [line for archive in (target, *shards) for line in verify(archive)]
     if damaged:
         raise ArchiveError("refusing to merge damaged archives, nothing was copied:\n" + "\n".join(damaged))
     plan = plan_merge(shards, target)
     copied = apply_merge(plan)
-    rebuild(target)
+    if index:
+        rebuild(target)
     return MergeResult(into=target.root, copied=copied, present=plan.present, runs=len(target.record_paths()),
                        kept_first=plan.kept_first)

@@ -15,7 +15,7 @@ from draligned.archive.store import record_bytes
 from draligned.cli import main
 from draligned.indexing import verify
 from draligned.records import FINISHED
-from draligned.shards import Shard, SlotSet, lock_whole, merge_archives, parse_shard, shard_of
+from draligned.shards import Shard, lock_whole, merge_archives, parse_shard, shard_of
 from draligned.study import StudyError
 from draligned.workflow import run_study_file
 from tests.study_helpers import write_study
@@ -82,8 +82,6 @@ def test_parts_of_one_split_share_an_archive_and_everything_else_is_refused(tmp_
         with pytest.raises(StudyError, match=r"shard 1/2 is already running"), Shard(1, 2).locked(archive):
             pass
         with pytest.raises(StudyError, match=r"another split \(of-2\)"), Shard(1, 3).locked(archive):
-            pass
-        with pytest.raises(StudyError, match="another split"), SlotSet(frozenset(), "ray", "x").locked(archive):
             pass
         with pytest.raises(ArchiveError, match="a 'draligned run' is writing"), lock_whole(archive, "merging"):
             pass

@@ -1,41 +1,51 @@
 """``draligned run STUDY --ray ADDRESS|local``: every unfinished slot of a study as one Ray task.
 
-A task runs its slot with the ordinary runner into a fresh node-local archive shard and returns the shard's
-files to the driver, which stages them under ``ARCHIVE/.ray-shards/`` as they arrive and, at the end,
-merges the staged shards into the study's archive (draligned.shards.merge_locked) and reindexes. A task
-lost with its node is retried on another (``max_retries``), so a lost node costs only its in-flight runs;
-a rerun first merges the shards a killed driver staged, then skips every finished slot. A named actor
-admits at most ``max_connections`` runs of each model at once across the cluster (a lease a dead node
-held is given back). Ray is imported only here (``pip install 'draligned[ray]'``).
+The driver is an ordinary ``run_study`` (draligned.runner) whose ``Execute`` submits Ray tasks: it holds the
+archive's run lock, plans, archives the provenance files, and its ``Dispatch`` hands out each slot that may
+start (the study's cost cap and the stop-after-connection-failures rule, as with ``--workers``) and counts
+each run that ended. At most the study's ``concurrency`` tasks are in flight; each runs its one slot with the
+runner's lanes into a fresh node-local archive shard and returns the shard's files and the run's outcome. The
+driver stages the files under ``ARCHIVE/.ray-shards/`` as they arrive, tells ``Dispatch`` the outcome, and at
+the end merges the staged shards into the study's archive (draligned.shards.merge_locked). A task lost with
+its node is retried on another (``max_retries``), so a lost node costs only its in-flight runs; a rerun first
+merges the shards a killed driver staged, then skips every finished slot. A named actor
+(draligned.distributed.ray_limits) admits at most ``max_connections`` runs of each model at once across the
+cluster (a lease a dead node held is given back).
+Ray is imported only here (``pip install 'draligned[ray]'``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import secrets
 import shutil
 import tempfile
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from draligned.archive import Archive
 from draligned.archive.merge import archive_files
 from draligned.archive.store import write_once
-from draligned.guards import check_intact
-from draligned.indexing import refresh
-from draligned.records import FINISHED, Slot
+from draligned.distributed.ray_limits import ModelLimits
+from draligned.models import ModelAPI
+from draligned.records import Slot
 from draligned.runner import (
+    Dispatch,
+    Execute,
     ProgressCallback,
-    RunProgress,
+    RunOutcome,
     StudyResult,
     open_study_search,
-    plan_resume,
+    prepare_models,
+    put_provenance,
+    run_slots,
     run_study,
 )
-from draligned.shards import SlotSet, lock_whole, merge_locked
+from draligned.shards import lock_whole, merge_locked
 from draligned.study import Study, StudyError
+from draligned.tools.pool_search import StudySearch
 
 STAGING = ".ray-shards"
 """Where the driver stages the shards its tasks returned (inside the archive; a merge skips dot folders)."""
@@ -53,54 +63,63 @@ def _ray() -> Any:
     return ray
 
 
-class ModelLimits:
-    """The named actor: at most ``limits[model]`` runs of a model hold a lease at once, cluster-wide."""
-
-    def __init__(self, limits: dict[str, int]) -> None:
-        self.limits = limits
-        self.holders: dict[str, dict[str, str]] = {m: {} for m in limits}  # model -> lease -> node id
-
-    def try_acquire(self, model: str, lease: str, node: str) -> bool:
-        held = self.holders[model]
-        if len(held) >= self.limits[model] and lease not in held:
-            alive = {n["NodeID"] for n in _ray().nodes() if n["Alive"]}
-            for dead in [k for k, v in held.items() if v not in alive]:  # a lost node's leases come back
-                del held[dead]
-        if lease in held or len(held) < self.limits[model]:
-            held[lease] = node
-            return True
-        return False
-
-    def release(self, model: str, lease: str) -> None:
-        self.holders[model].pop(lease, None)
+_LIMITS: dict[tuple[str, str], Any] = {}
+"""(the driver's node id, its Ray job id) -> its ModelLimits actor, kept while this connection lasts: an
+actor's process takes seconds to start, and a named actor without a handle is collected. A new cluster has
+new node ids, a new connection a new job id."""
 
 
-def run_slots(study: Study, slot_ids: list[str], model: str, limits: Any, lease: str) -> dict[str, Any]:
-    """The Ray task: run ``slot_ids`` of ``study`` (all of ``model``) into a node-local shard under a lease of
-    the limits actor; returns the shard's files and the runs' statuses and outcomes."""
+def _limits_actor(ray: Any) -> Any:
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    context = ray.get_runtime_context()
+    key = (context.get_node_id(), context.get_job_id())
+    if key not in _LIMITS:
+        _LIMITS.clear()  # an earlier connection's actor ended with it
+        here = NodeAffinitySchedulingStrategy(key[0], soft=False)
+        _LIMITS[key] = ray.remote(num_cpus=0)(ModelLimits).options(
+            name=f"draligned-limits-{secrets.token_hex(4)}", scheduling_strategy=here).remote()
+    return _LIMITS[key]
+
+
+def run_slot(study: Study, slot: Slot, attempt: int, limits: Any, token: str, lease: str) -> dict[str, Any]:
+    """The Ray task: run attempt ``attempt`` of ``slot`` into a node-local shard under a lease ``lease`` of the
+    limits actor (for the model of the study run ``token``); returns the shard's files and the run's
+    RunOutcome."""
     ray = _ray()
     node = ray.get_runtime_context().get_node_id()
-    while not ray.get(limits.try_acquire.remote(model, lease, node)):
+    key, limit = f"{token}/{slot.model}", _limit(study)[slot.model]
+    while not ray.get(limits.try_acquire.remote(key, limit, lease, node)):
         time.sleep(LEASE_POLL_S)
     scratch = Path(tempfile.mkdtemp(prefix="draligned-shard-"))
     try:
-        local = study.model_copy(update={"archive_root": scratch})
-        part = SlotSet(frozenset(slot_ids), group="ray", name=lease)
-        result = asyncio.run(run_study(local, verify=False, part=part))
-        shard = Archive(scratch)
-        return {"files": {rel: (scratch / rel).read_bytes() for rel in archive_files(shard)},
-                "statuses": dict(result.statuses), "not_started": result.not_started, "runs": result.runs}
+        outcome = asyncio.run(_run_one(study.model_copy(update={"archive_root": scratch}), slot, attempt))
+        return {"files": {rel: (scratch / rel).read_bytes() for rel in archive_files(Archive(scratch))},
+                "outcome": outcome}
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-        ray.get(limits.release.remote(model, lease))
+        ray.get(limits.release.remote(key, lease))
 
 
-async def _study_slots(study: Study) -> list[Slot]:
+async def _run_one(study: Study, slot: Slot, attempt: int) -> RunOutcome:
+    """One run of ``slot`` on one lane of the runner (the driver's Dispatch decided it may start)."""
+    given: list[tuple[Slot, int]] = [(slot, attempt)]
+    ended: list[RunOutcome] = []
+
+    async def take(running: float) -> tuple[Slot, int] | None:
+        return given.pop() if given else None
+
+    async def end(outcome: RunOutcome, running: float) -> None:
+        ended.append(outcome)
+
+    archive = Archive(study.archive_root)
+    put_provenance(study, archive)  # a shard verifies on its own before it is merged
     search = open_study_search(study)
     try:
-        return study.slots(search.sha256)
+        await run_slots(study, archive, search, prepare_models(study, {slot.model}), take, end, 1)
     finally:
         await search.aclose()
+    return ended[0]
 
 
 def _limit(study: Study) -> dict[str, int]:
@@ -109,10 +128,11 @@ def _limit(study: Study) -> dict[str, int]:
 
 
 def _merge_staged(archive: Archive) -> None:
-    """Merge every shard staged under the archive into it, then remove them."""
+    """Merge every shard staged under the archive into it, then remove them (the run's ``refresh`` indexes
+    the archive after)."""
     staged = sorted(p for p in (archive.root / STAGING).glob("*") if p.is_dir())
     if staged:
-        merge_locked([Archive(p) for p in staged], archive)
+        merge_locked([Archive(p) for p in staged], archive, index=False)
         shutil.rmtree(archive.root / STAGING)
 
 
@@ -120,70 +140,67 @@ def run_study_ray(study: Study, address: str, progress: ProgressCallback | None 
                   verify: bool = True, max_retries: int = MAX_RETRIES) -> StudyResult:
     """Run every unfinished slot of ``study`` as a Ray task on the cluster at ``address`` (``local``: start one
     on this machine) and merge the shards into the study's archive. Raises StudyError or ArchiveError."""
-    ray = _ray()
+    _ray()
     if study.spec.search.is_web and not study.spec.search.store_dir:
         raise StudyError(f"{study.path}: field search.store_dir: a web study on Ray needs --acquisition-store on a "
                          f"filesystem every node shares (one web per study: its first writer wins there)")
-    slots = asyncio.run(_study_slots(study))
     archive = Archive(study.archive_root)
     archive.runs_dir.mkdir(parents=True, exist_ok=True)
     with lock_whole(archive, "a Ray study run"):
         _merge_staged(archive)  # what a killed driver had received: finished runs count
-        check_intact(archive, verify, records_only=True)
-        todo, _ = plan_resume(archive, slots)
-        result = StudyResult(archive=archive, slots=len(slots), skipped=len(slots) - len(todo))
-        if todo:
-            _run_tasks(ray, study, address, todo, result, progress, max_retries)
-            _merge_staged(archive)
-        refresh(archive)  # the merges rebuilt it; refresh builds only what is stale
-    return result
+    return asyncio.run(run_study(study, progress, verify, in_ray(address, max_retries)))
 
 
-def _run_tasks(ray: Any, study: Study, address: str, todo: list[Slot], result: StudyResult,
-               progress: ProgressCallback | None, max_retries: int) -> None:
-    """Submit one task per slot, stage each returned shard, count what ended."""
-    started = not ray.is_initialized()
-    if started:
-        kwargs: dict[str, Any] = ({"include_dashboard": False, "_node_ip_address": "127.0.0.1"}
-                                  if address == "local" else {"address": address})
-        ray.init(**kwargs, log_to_driver=False)
-    try:
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+def in_ray(address: str, max_retries: int = MAX_RETRIES) -> Execute:
+    """An ``Execute`` for draligned.runner.run_study that runs each slot ``Dispatch`` hands out as a Ray task on
+    the cluster at ``address`` (started and stopped here unless Ray is already initialised) and merges the
+    returned shards into the archive."""
 
-        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-        limits = ray.remote(num_cpus=0)(ModelLimits).options(
-            name=f"draligned-limits-{secrets.token_hex(4)}", scheduling_strategy=here).remote(_limit(study))
-        task = ray.remote(num_cpus=1, max_retries=max_retries)(run_slots)
-        token = secrets.token_hex(4)
-        pending = {task.remote(study, [s.slot_id], s.model, limits, f"{token}-{i}"): (i, s)
-                   for i, s in enumerate(todo)}
-        statuses: Counter[str] = Counter()
+    async def execute(study: Study, search: StudySearch, models: dict[str, ModelAPI], dispatch: Dispatch) -> None:
+        ray = _ray()
+        started = not ray.is_initialized()
+        if started:
+            kwargs: dict[str, Any] = ({"include_dashboard": False, "_node_ip_address": "127.0.0.1"}
+                                      if address == "local" else {"address": address})
+            ray.init(**kwargs, log_to_driver=False)
+        try:
+            await _run_tasks(ray, study, dispatch, max_retries)
+        finally:
+            if started:
+                ray.shutdown()
+        _merge_staged(dispatch.result.archive)
+    return execute
 
-        def tell() -> None:
-            if progress is not None:
-                progress(RunProgress(study=study.spec.name, total=len(todo), done=sum(statuses.values()),
-                                     completed=sum(n for s, n in statuses.items() if s in FINISHED),
-                                     failed=statuses["failed"], not_started=len(result.not_started)))
-        tell()
-        while pending:
-            done, _ = ray.wait(list(pending), num_returns=1)
-            i, slot = pending.pop(done[0])
+
+async def _run_tasks(ray: Any, study: Study, dispatch: Dispatch, max_retries: int) -> None:
+    """Keep up to the study's ``concurrency`` tasks in flight, each with the next slot ``dispatch`` lets start
+    (it applies the cost cap and the connection-failure stop); stage each returned shard and tell
+    ``dispatch`` its run's outcome. The driver does not see a running task's cost: the cap counts ended runs."""
+    limits = _limits_actor(ray)
+    task = ray.remote(num_cpus=1, max_retries=max_retries)(run_slot)
+    token, numbers = secrets.token_hex(4), itertools.count()
+    in_flight: dict[asyncio.Future[Any], tuple[Slot, str]] = {}
+
+    def fill() -> None:
+        while len(in_flight) < study.spec.concurrency and (got := dispatch.take()) is not None:
+            lease = f"{token}-{next(numbers):06d}"
+            ref = task.remote(study, got[0], got[1], limits, token, lease)
+            in_flight[asyncio.wrap_future(ref.future())] = (got[0], lease)
+
+    fill()
+    while in_flight:
+        done, _ = await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
+        for fut in done:
+            slot, lease = in_flight.pop(fut)
             try:
-                out = ray.get(done[0])
+                out = fut.result()
             except ray.exceptions.RayError as exc:  # its nodes died too often, or it raised: the slot stays unfinished
                 cause = getattr(exc, "cause", None) or exc
                 why = str(cause).strip().splitlines()[-1] if str(cause).strip() else type(cause).__name__
-                result.not_started[slot.slot_id] = f"Ray task failed ({type(cause).__name__}): {why}"
-                tell()
-                continue
-            shard = result.archive.root / STAGING / f"{token}-{i:06d}"
-            for rel, data in out["files"].items():
-                write_once(shard / rel, data)
-            statuses.update(out["statuses"])
-            result.runs.extend(out["runs"])
-            result.not_started.update(out["not_started"])
-            tell()
-        result.statuses.update(statuses)
-    finally:
-        if started:
-            ray.shutdown()
+                dispatch.result.not_started[slot.slot_id] = f"Ray task failed ({type(cause).__name__}): {why}"
+                dispatch.tell()
+            else:
+                for rel, data in out["files"].items():
+                    write_once(dispatch.result.archive.root / STAGING / lease / rel, data)
+                dispatch.end(out["outcome"])
+            fill()  # after each run, as a lane of --workers takes its next slot when its run ends
