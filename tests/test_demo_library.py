@@ -23,6 +23,8 @@ from draligned.runner import RunProgress
 from tests.pool.helpers import write_pool_study
 from tests.study_helpers import write_study
 
+pytestmark = pytest.mark.xdist_group("demo_library")  # one worker runs the module's small demo, once
+
 
 @dataclass(frozen=True)
 class SmallDemo:
