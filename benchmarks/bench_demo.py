@@ -40,7 +40,8 @@ def timed_demo(out: Path) -> dict[str, object]:
 
     result = run_demo(out, progress)
     marks.append(("end", time.perf_counter(), cpu_s()))
-    names = {"start": "demo study runs and verify", "read": "read and report", "pool": "pool study, estimates and report"}
+    names = {"start": "demo study runs and verify", "read": "read and report",
+             "pool": "pool study, estimates and report"}
     parts = {names[a[0]]: {"wall_s": round(b[1] - a[1], 2), "cpu_s": round(b[2] - a[2], 2)}
              for a, b in zip(marks, marks[1:], strict=False)}
     return {"parts": parts, "total_wall_s": round(marks[-1][1] - marks[0][1], 2),
