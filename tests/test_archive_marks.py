@@ -14,6 +14,7 @@ import pytest
 from draligned import guards, indexing
 from draligned.analysis import build
 from draligned.archive import Archive, verify
+from draligned.archive import fingerprint as fingerprint_module
 from draligned.archive.fingerprint import fingerprint, holds
 from draligned.cli import main
 from draligned.evaluator import reading
@@ -111,10 +112,29 @@ def test_verify_in_worker_processes_finds_what_one_process_finds(small, tmp_path
     manifest.write_text("not json")
     alone = verify.verify_archive(archive, DERIVED)
     monkeypatch.setattr(verify, "PARALLEL_FROM", 1)
-    monkeypatch.setattr(verify, "SHARDS_PARALLEL_FROM", 1)
+    monkeypatch.setattr(verify, "BLOBS_PARALLEL_FROM", 1)
     assert verify.verify_archive(archive, DERIVED) == alone
     assert any(str(flipped) in p for p in alone) and any(str(manifest) in p for p in alone)
     assert any("unreadable run record" in p for p in alone)
+
+
+def test_a_fingerprint_taken_in_worker_processes_is_the_one_taken_in_one(small, tmp_path, monkeypatch):
+    archive = _copy(small, tmp_path)
+    alone = fingerprint(archive)
+    monkeypatch.setattr(fingerprint_module, "STAT_PARALLEL_FROM", 1)
+    monkeypatch.setattr(verify, "in_chunks", _counted(verify.in_chunks, spawned := []))
+    assert fingerprint(archive) == alone and spawned == [True]
+    flipped = _tool_return(archive)
+    flipped.write_bytes(flipped.read_bytes())  # rewritten with the same bytes: its ctime changes
+    assert fingerprint(archive) != alone
+
+
+def _counted(in_chunks, spawned: list[bool]):
+    """``in_chunks`` noting whether each call hands its items to worker processes."""
+    def counting(check, items, at_least=verify.PARALLEL_FROM):
+        spawned.append(len(items) >= at_least)
+        return in_chunks(check, items, at_least)
+    return counting
 
 
 def test_the_starter_plan_s_studies_are_remembered_until_a_run_is_added(small, tmp_path, monkeypatch):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 from collections import Counter, defaultdict
 from collections.abc import Sequence
+from functools import lru_cache
 
 import matplotlib
 
@@ -42,8 +43,10 @@ def png(fig: Figure) -> bytes:
     return buf.getvalue()
 
 
+@lru_cache(maxsize=64)
 def no_data(title: str, reason: str) -> bytes:
-    """A small labelled panel saying why there is nothing to draw."""
+    """A small labelled panel saying why there is nothing to draw (drawn once per title and reason: the
+    same bytes every time, and reports without evaluator states or CESS rows show the same few)."""
     fig, ax = plt.subplots(figsize=(6, 1.6))
     ax.axis("off")
     ax.text(0.5, 0.62, title, ha="center", va="center", weight="bold")

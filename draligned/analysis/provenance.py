@@ -55,9 +55,16 @@ def fragments(text: str, k: int) -> set[str]:
     return {t[i:i + k] for i in range(len(t) - k + 1)}
 
 
+def shares_fragment(text: str, k: int, known: set[str]) -> bool:
+    """Whether any k-character window of the whitespace-normalised text is in ``known`` (stops at the first
+    one: no set of the text's own windows is built, which was most of the provenance table's time)."""
+    t = _norm(text)
+    return any(t[i:i + k] in known for i in range(len(t) - k + 1))
+
+
 def linked(text: str, url: str | None, other: str, other_fragments: set[str], k: int) -> bool:
     """Whether ``text`` is linked to ``other`` by URL or by a shared k-character fragment."""
-    return bool(url and url in other) or not fragments(text, k).isdisjoint(other_fragments)
+    return bool(url and url in other) or shares_fragment(text, k, other_fragments)
 
 
 def provenance(runs: list[RunRow], texts: dict[str, RunTexts], plan: Plan) -> Table:
@@ -82,8 +89,8 @@ def provenance(runs: list[RunRow], texts: dict[str, RunTexts], plan: Plan) -> Ta
         for sentence in draft_units(draft):
             by_url = any(url in sentence for url in urls)
             c["draft:total"] += 1
-            c["draft:linked"] += by_url or not fragments(sentence, k).isdisjoint(ret_frags)
-            c["draft:strict"] += by_url or not fragments(sentence, strict).isdisjoint(ret_strict)
+            c["draft:linked"] += by_url or shares_fragment(sentence, k, ret_frags)
+            c["draft:strict"] += by_url or shares_fragment(sentence, strict, ret_strict)
     rule = f"URL or verbatim {k} chars"
     ret_total = c["search_result:total"] + c["page_read:total"]
     ret_linked = c["search_result:linked"] + c["page_read:linked"]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import os
 import tempfile
 from collections.abc import Callable, Mapping
@@ -25,10 +26,14 @@ from pathlib import Path
 from typing import Any
 
 from draligned.archive.store import Archive
-from draligned.archive.verify import in_parallel, stats_digest, unit_stats
+from draligned.archive.verify import about_as_many, in_parallel, stats_digest, unit_stats
 
 MARKS = ".marks.json"
 """The marks file in the archive root."""
+
+STAT_PARALLEL_FROM = 20_000
+"""Files from which a fingerprint stats its units in worker processes (below it one process is done first:
+forking the workers costs more than a few thousand ``stat`` calls, about 5 µs each)."""
 
 
 def fingerprint(archive: Archive, *folders: str, known: Mapping[str, str] | None = None) -> str:
@@ -44,8 +49,7 @@ def fingerprint(archive: Archive, *folders: str, known: Mapping[str, str] | None
 def unit_digests(archive: Archive, take: Callable[[str], bool]) -> dict[str, str]:
     """The digests of the archive's fingerprint units (folders) whose path ``take`` accepts, stat'ed now."""
     units = [u for u in _units(archive.root, lambda e: e.is_dir(follow_symlinks=False))[0] if take(u[0])]
-    digests = in_parallel(partial(_unit_digests, len(str(archive.root)) + 1), units, at_least=32)
-    return {path: digest for (path, _), digest in zip(units, digests, strict=True)}
+    return dict(zip((path for path, _ in units), _digests(archive.root, units), strict=True))
 
 
 def tree_fingerprint(root: Path, chosen: Callable[[os.DirEntry[str]], bool],
@@ -57,7 +61,7 @@ def tree_fingerprint(root: Path, chosen: Callable[[os.DirEntry[str]], bool],
     goes into the fingerprint, so it does not depend on the number of cores."""
     units, files = _units(root, chosen)
     if known is None:
-        digests = in_parallel(partial(_unit_digests, len(str(root)) + 1), units, at_least=32)
+        digests = _digests(root, units)
     else:
         digests = [known.get(path, "unseen") for path, _ in units]
     lines = [f"{path}:{digest}" for (path, _), digest in zip(units, digests, strict=True)]
@@ -81,6 +85,12 @@ def _units(root: Path, chosen: Callable[[os.DirEntry[str]], bool]) -> tuple[list
             with os.scandir(entry.path) as entries:
                 units += [(e.path, True) for e in entries if e.is_dir(follow_symlinks=False)]
     return sorted(units), files
+
+
+def _digests(root: Path, units: list[tuple[str, bool]]) -> list[str]:
+    """Each unit's digest, in order; in a worker process per core when the units hold many files."""
+    many = about_as_many([path for path, _ in units], STAT_PARALLEL_FROM)
+    return in_parallel(partial(_unit_digests, len(str(root)) + 1), units, 0 if many else math.inf)
 
 
 def _unit_digests(prefix: int, units: list[tuple[str, bool]]) -> list[str]:

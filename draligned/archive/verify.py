@@ -36,8 +36,12 @@ CHUNK = 256
 """Files checked at a time in this process (the run records' blob references are reduced chunk by chunk)."""
 
 
-SHARDS_PARALLEL_FROM = 32
-"""Blob folders (``blobs/xx``, about 500 blobs each at 4,000 runs) from which they are hashed in workers."""
+BLOBS_PARALLEL_FROM = 10_000
+"""Blobs from which their folders are hashed in worker processes (below it one process is done first: forking
+the workers costs more than hashing a few thousand small files, about 20 µs each)."""
+
+SAMPLE = 8
+"""Folders listed to judge how many files a list of alike folders holds (:func:`about_as_many`)."""
 
 
 def verify_archive(archive: Archive, tables: Sequence[ArchiveTables], seen: dict[str, str] | None = None
@@ -51,11 +55,25 @@ def verify_archive(archive: Archive, tables: Sequence[ArchiveTables], seen: dict
     base = os.path.join(archive.root, "blobs")
     shards = sorted(os.path.join(base, p) for p in _folders(base) if len(p) == 2)
     prefix = len(str(archive.root)) + 1
-    checked = in_parallel(partial(_altered_shards, prefix), shards, SHARDS_PARALLEL_FROM)
+    checked = in_parallel(partial(_altered_shards, prefix), shards,
+                          0 if about_as_many(shards, BLOBS_PARALLEL_FROM) else math.inf)
     if seen is not None:
         seen.update((shard, digest) for shard, (digest, _) in zip(shards, checked, strict=True))
     problems = {line for _, found in checked for line in found}
     return sorted(problems | {line for supplier in tables for line in supplier.verify(archive)})
+
+
+def about_as_many(folders: Sequence[str], files: int) -> bool:
+    """Whether ``folders`` hold about ``files`` files or more, judged from :data:`SAMPLE` of them spread evenly
+    (the folders it is asked about hold alike numbers: blobs fall evenly into their ``blobs/xx`` shards)."""
+    if not folders:
+        return False
+    picked = folders[::max(1, len(folders) // SAMPLE)]
+    listed = 0
+    for folder in picked:
+        with suppress(FileNotFoundError, NotADirectoryError), os.scandir(folder) as entries:
+            listed += sum(1 for _ in entries)
+    return listed * len(folders) >= files * len(picked)
 
 
 def _folders(path: str) -> list[str]:
@@ -126,7 +144,8 @@ def verify_records(archive: Archive) -> list[str]:
     return problems
 
 
-def in_parallel(check: Callable[[list[Item]], list[T]], items: list[Item], at_least: int = PARALLEL_FROM) -> list[T]:
+def in_parallel(check: Callable[[list[Item]], list[T]], items: list[Item], at_least: float = PARALLEL_FROM
+                ) -> list[T]:
     """``check`` over ``items`` in chunks, in one forked worker process per core when there are ``at_least``
     items (fewer are checked here: starting workers would cost more); results in order."""
     return [found for part in in_chunks(check, items, at_least) for found in part]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Iterator, Sequence
+from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
@@ -96,6 +97,16 @@ def tokenize(text: str) -> list[str]:
     deterministic) at the cost of some noise bigrams that BM25's idf down-weights.
     No stemming: "hostel" and "hostels" are different terms.
     """
+    return list(_terms(text) if len(text) <= TOKENIZED_CHARS else _split_terms(text))
+
+
+TOKENIZED, TOKENIZED_CHARS = 2048, 16384
+"""Texts whose terms ``tokenize`` remembers, and the longest one it does (so the memory stays bounded): the
+simulators and the corpus search tokenize the same search results, pages and messages at every step of a run."""
+
+
+def _split_terms(text: str) -> tuple[str, ...]:
+    """The terms of ``text`` (see :func:`tokenize`), as a tuple: a remembered value is never changed."""
     norm = unicodedata.normalize("NFKC", text).casefold()
     norm = _THOUSANDS_RE.sub("", norm)
     tokens: list[str] = []
@@ -110,7 +121,10 @@ def tokenize(text: str) -> list[str]:
             word = match.group("word")
             if word not in STOPWORDS:
                 tokens.append(word)
-    return tokens
+    return tuple(tokens)
+
+
+_terms = lru_cache(maxsize=TOKENIZED)(_split_terms)
 
 
 # --------------------------------------------------------------------------- page text
