@@ -246,6 +246,12 @@ class Archive:
                 found.update((n, os.path.join(folder, n)) for n in _names(folder) if not n.startswith(".tmp-"))
         return found
 
+    def blob_names(self) -> set[str]:
+        """The names of every blob on disk (what :meth:`blob_files` lists, without building a path per blob)."""
+        base = str(self.root / "blobs")
+        return {n for prefix in _names(base) if len(prefix) == 2
+                for n in _names(os.path.join(base, prefix)) if not n.startswith(".tmp-")}
+
     def blob_shas(self) -> list[str]:
         """All blob names on disk, sorted."""
         return sorted(self.blob_files())

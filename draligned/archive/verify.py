@@ -12,13 +12,14 @@ import math
 import multiprocessing
 import os
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
-from contextlib import suppress
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from contextlib import contextmanager, suppress
 from functools import partial
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import duckdb
+import orjson
 from pydantic import ValidationError
 
 from draligned.archive.store import Archive, stale_temp_files
@@ -40,22 +41,58 @@ SHARDS_PARALLEL_FROM = 32
 """Blob folders (``blobs/xx``, about 500 blobs each at 4,000 runs) from which they are hashed in workers."""
 
 
-def verify_archive(archive: Archive, tables: Sequence[ArchiveTables], seen: dict[str, str] | None = None
-                   ) -> list[str]:
+def verify_archive(archive: Archive, tables: Sequence[ArchiveTables], seen: dict[str, str] | None = None,
+                   stat_first: Callable[[], dict[str, str]] | None = None) -> list[str]:
     """One problem line per missing or altered file: altered blobs (hashed here, a ``blobs/xx`` folder at a
     time in a worker process per core) and the files of every supplier (sorted); empty when the archive is
     intact. ``seen`` gets each blob folder's :func:`stats_digest`, its files stat'ed just before they were
-    read (a fingerprint's part that costs no second pass over 120,000 blobs)."""
+    read (a fingerprint's part that costs no second pass over 120,000 blobs), and what ``stat_first``
+    returns: it runs while the workers hash the blobs, before any supplier reads a file.
+
+    One pool of workers, forked before anything else starts, checks everything (:func:`shared_workers`):
+    the blobs first, then each supplier's files as it hands them over. The suppliers run side by side in
+    threads of this process, so their listing and reducing overlaps the workers' hashing instead of
+    leaving a core idle between one check and the next (a small archive is checked here, in order)."""
     if not archive.root.exists():
         return [f"{archive.root}: archive does not exist"]
     base = os.path.join(archive.root, "blobs")
     shards = sorted(os.path.join(base, p) for p in _folders(base) if len(p) == 2)
     prefix = len(str(archive.root)) + 1
-    checked = in_parallel(partial(_altered_shards, prefix), shards, SHARDS_PARALLEL_FROM)
+    with shared_workers(len(shards) >= SHARDS_PARALLEL_FROM):
+        hashing = in_chunks(partial(_altered_shards, prefix), shards, SHARDS_PARALLEL_FROM)
+        if stat_first is not None and seen is not None:
+            seen.update(stat_first())
+        if _POOL:
+            with ThreadPoolExecutor(max(1, len(tables))) as suppliers:
+                owned = list(suppliers.map(lambda supplier: supplier.verify(archive), tables))
+        else:  # a small archive: everything in this process, one check after the other
+            owned = [supplier.verify(archive) for supplier in tables]
+        checked = [found for part in hashing for found in part]
     if seen is not None:
         seen.update((shard, digest) for shard, (digest, _) in zip(shards, checked, strict=True))
     problems = {line for _, found in checked for line in found}
-    return sorted(problems | {line for supplier in tables for line in supplier.verify(archive)})
+    return sorted(problems | {line for found in owned for line in found})
+
+
+_POOL: list[ProcessPoolExecutor] = []
+"""The pool of :func:`shared_workers` while one is open (every :func:`in_chunks` inside it uses it)."""
+
+
+@contextmanager
+def shared_workers(wanted: bool = True) -> Iterator[None]:
+    """One forked worker process per core for every :func:`in_chunks` inside (when ``wanted`` and there are
+    two cores or more): forked once, here, before any thread starts, instead of a pool per check."""
+    workers = min(os.cpu_count() or 1, 8)
+    if not wanted or workers < 2 or _POOL:
+        yield
+        return
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+        pool.submit(int).result()  # forks every worker now (a fork pool starts them all at its first task)
+        _POOL.append(pool)
+        try:
+            yield
+        finally:
+            _POOL.pop()
 
 
 def _folders(path: str) -> list[str]:
@@ -135,14 +172,20 @@ def in_parallel(check: Callable[[list[Item]], list[T]], items: list[Item], at_le
 def in_chunks(check: Callable[[list[Item]], list[T]], items: list[Item],
               at_least: float = PARALLEL_FROM) -> Iterator[list[T]]:
     """What :func:`in_parallel` finds, chunk by chunk as the chunks are checked (a caller that reduces each
-    chunk's results holds one chunk's, not all of them)."""
+    chunk's results holds one chunk's, not all of them). In the pool of :func:`shared_workers` the chunks
+    are handed over at once (their results are taken in order as they come), else to a pool of its own."""
     workers = min(os.cpu_count() or 1, 8)
     if workers < 2 or len(items) < at_least:
-        for start in range(0, len(items), CHUNK):
-            yield check(items[start:start + CHUNK])
-        return
+        return (check(items[start:start + CHUNK]) for start in range(0, len(items), CHUNK))
     size = -(-len(items) // (workers * 4))
     chunks = [items[i:i + size] for i in range(0, len(items), size)]
+    if _POOL:
+        return _POOL[-1].map(check, chunks)
+    return _own_pool(check, chunks, workers)
+
+
+def _own_pool(check: Callable[[list[Item]], list[T]], chunks: list[list[Item]], workers: int) -> Iterator[list[T]]:
+    """``check`` over ``chunks`` in a pool of ``workers`` forked processes, results in order."""
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
         yield from pool.map(check, chunks)
 
@@ -175,7 +218,7 @@ def record_problems(archive: Archive, parallel: bool = False) -> list[str]:
     it names, so the run files are listed before the blobs, and a blob missing from a listing made earlier
     is looked up again before it is called missing."""
     sealed, started = archive.run_names()
-    blobs = set(archive.blob_files())
+    blobs = archive.blob_names()
     paths = [os.path.join(archive.runs_dir, name) for name in started + sealed]
     problems: list[str] = []
     for chunk in in_chunks(_record_chunk, paths, PARALLEL_FROM if parallel else math.inf):
@@ -201,16 +244,34 @@ def _record_chunk(paths: list[str]) -> list[tuple[list[str], list[tuple[str, str
 
 def _check_record(path: Path, problems: list[str]) -> RunRecord | None:
     """Parse a record and check its ``record_sha256``; append problems, return it if usable."""
+    raw = read_file(str(path))
+    data, intact = _sealed_as_written(raw)
     try:
-        data = json.loads(path.read_bytes())
+        if not intact:
+            data = json.loads(raw)
         record = RunRecord.model_validate(data)
     except (ValueError, ValidationError) as exc:
         problems.append(f"{path}: unreadable run record ({str(exc).splitlines()[0]})")
         return None
-    body = {k: v for k, v in data.items() if k != "record_sha256"}
-    if sha256_json(body) != data.get("record_sha256"):
+    if not intact and sha256_json({k: v for k, v in data.items() if k != "record_sha256"}) != data.get("record_sha256"):
         problems.append(f"{path}: altered run record (record_sha256 does not match its content)")
     return record
+
+
+def _sealed_as_written(raw: bytes) -> tuple[Any, bool]:
+    """The record parsed by orjson and whether its canonical JSON, as orjson writes it, hashes to its
+    ``record_sha256`` (about a fifth of the time of ``json`` and :func:`sha256_json`). When it does, orjson
+    wrote the very bytes the record's writer hashed, so ``json`` parses the file to the same data and
+    :func:`sha256_json` agrees; when it does not (a float orjson writes otherwise, an integer beyond 64 bits
+    it reads as a float, ``NaN``, an unreadable file), the caller parses and hashes as before."""
+    try:
+        data = orjson.loads(raw)
+        if not isinstance(data, dict) or not isinstance(sha := data.get("record_sha256"), str):
+            return data, False
+        body = orjson.dumps({k: v for k, v in data.items() if k != "record_sha256"}, option=orjson.OPT_SORT_KEYS)
+    except (orjson.JSONDecodeError, orjson.JSONEncodeError):
+        return None, False
+    return data, sha256_bytes(body) == sha
 
 
 def missing_records(archive: Archive) -> list[str]:

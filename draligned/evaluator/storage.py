@@ -226,7 +226,7 @@ def verify_reads(archive: Archive) -> list[str]:
         for dirpath, _, names in os.walk(root):
             top = dirpath[len(root) + 1:].split(os.sep, 1)[0]
             files += [(top, os.path.join(dirpath, n)) for n in names if n.endswith(".json") and n != "evaluator.json"]
-    blobs = set(archive.blob_files())
+    blobs = archive.blob_names()
     return [f"{archive.blob_path(sha)}: missing blob referenced by {path}" if sha else path
             for chunk in in_chunks(_read_file_problems, files) for path, sha in chunk
             if sha is None or sha not in blobs]
