@@ -11,6 +11,7 @@ import json
 import math
 import multiprocessing
 import os
+import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from contextlib import contextmanager, suppress
@@ -22,7 +23,7 @@ import duckdb
 import orjson
 from pydantic import ValidationError
 
-from draligned.archive.store import Archive, stale_temp_files
+from draligned.archive.store import Archive, is_stale_temp, stale_temp_files
 from draligned.archive.tables import ArchiveTables
 from draligned.hashing import sha256_bytes, sha256_json
 from draligned.records import RunRecord
@@ -106,7 +107,8 @@ def _folders(path: str) -> list[str]:
 
 def _altered_shards(prefix: int, shards: list[str]) -> list[tuple[str, list[str]]]:
     """Per blob folder: the digest of its files' stats (each blob's taken on its open file just before it
-    is read: one stat per blob, not two) and a problem line per blob whose bytes no longer hash to its name."""
+    is read: one stat per blob, not two) and a problem line per blob whose bytes no longer hash to its name
+    and per leftover of an interrupted write (the other folders' leftovers are :func:`verify_records`')."""
     checked = []
     for shard in shards:
         with os.scandir(shard) as entries:
@@ -114,11 +116,14 @@ def _altered_shards(prefix: int, shards: list[str]) -> list[tuple[str, list[str]
                             for e in entries)
         found: list[tuple[str, os.stat_result]] = []
         problems = []
+        now = time.time()
         for path, name, is_dir, is_file in listed:
+            if name.startswith(".tmp-") and is_stale_temp(path, now):
+                problems.append(leftover(path))
             if is_dir:  # no blob: its files count in the fingerprint as the fingerprint stats them
                 found += unit_stats(prefix, path, recursive=True)
                 continue
-            if name.startswith(".tmp-"):  # a write in progress or a leftover (verify_records names those)
+            if name.startswith(".tmp-"):  # a write in progress or a leftover (named above)
                 with suppress(FileNotFoundError):  # its writer just finished
                     found.append((path[prefix:], os.lstat(path)))
                 continue
@@ -155,12 +160,16 @@ def stats_digest(found: list[tuple[str, os.stat_result]]) -> str:
 
 def verify_records(archive: Archive) -> list[str]:
     """Unreadable or altered run records, missing blobs they reference, missing run record files and
-    leftovers of interrupted writes (checked in a worker process per core; the blobs' bytes are hashed by
-    :func:`verify_archive`)."""
+    leftovers of interrupted writes outside the blob folders (checked in a worker process per core; the blobs'
+    bytes and the blob folders' leftovers are checked by :func:`verify_archive` as it hashes them)."""
     problems = record_problems(archive, parallel=True)
-    problems += [f"{p}: leftover of an interrupted write (removed by the next 'draligned run' or "
-                 f"'draligned archive reindex')" for p in stale_temp_files(archive)]
-    return problems
+    return problems + [leftover(str(p)) for p in stale_temp_files(archive, blob_folders=False)]
+
+
+def leftover(path: str) -> str:
+    """The problem line of a leftover ``.tmp-*`` file of an interrupted write."""
+    return (f"{path}: leftover of an interrupted write (removed by the next 'draligned run' or "
+            f"'draligned archive reindex')")
 
 
 def in_parallel(check: Callable[[list[Item]], list[T]], items: list[Item], at_least: int = PARALLEL_FROM) -> list[T]:
