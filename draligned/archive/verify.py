@@ -30,6 +30,7 @@ from draligned.records import RunRecord
 
 Item = TypeVar("Item")
 T = TypeVar("T")
+R = TypeVar("R")
 
 PARALLEL_FROM = 2000
 """Files from which verify checks them in worker processes (forking workers costs about 20 ms each)."""
@@ -178,8 +179,7 @@ def in_parallel(check: Callable[[list[Item]], list[T]], items: list[Item], at_le
     return [found for part in in_chunks(check, items, at_least) for found in part]
 
 
-def in_chunks(check: Callable[[list[Item]], list[T]], items: list[Item],
-              at_least: float = PARALLEL_FROM) -> Iterator[list[T]]:
+def in_chunks(check: Callable[[list[Item]], R], items: list[Item], at_least: float = PARALLEL_FROM) -> Iterator[R]:
     """What :func:`in_parallel` finds, chunk by chunk as the chunks are checked (a caller that reduces each
     chunk's results holds one chunk's, not all of them). In the pool of :func:`shared_workers` the chunks
     are handed over at once (their results are taken in order as they come), else to a pool of its own."""
@@ -193,7 +193,7 @@ def in_chunks(check: Callable[[list[Item]], list[T]], items: list[Item],
     return _own_pool(check, chunks, workers)
 
 
-def _own_pool(check: Callable[[list[Item]], list[T]], chunks: list[list[Item]], workers: int) -> Iterator[list[T]]:
+def _own_pool(check: Callable[[list[Item]], R], chunks: list[list[Item]], workers: int) -> Iterator[R]:
     """``check`` over ``chunks`` in a pool of ``workers`` forked processes, results in order."""
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
         yield from pool.map(check, chunks)
@@ -230,12 +230,23 @@ def record_problems(archive: Archive, parallel: bool = False) -> list[str]:
     blobs = archive.blob_names()
     paths = [os.path.join(archive.runs_dir, name) for name in started + sealed]
     problems: list[str] = []
-    for chunk in in_chunks(_record_chunk, paths, PARALLEL_FROM if parallel else math.inf):
-        for found, refs in chunk:
+    for found, shas, chunk in in_chunks(_record_chunk_shas, paths, PARALLEL_FROM if parallel else math.inf):
+        missing = {sha for sha in shas if sha not in blobs and not archive.blob_path(sha).exists()}
+        if not missing:
             problems += found
+            continue
+        for found_one, refs in _record_chunk(chunk):  # blobs are missing: name every reference, in order
+            problems += found_one
             problems += [f"{archive.blob_path(sha)}: missing {kind} blob referenced by {name}"
-                         for sha, kind, name in refs if sha not in blobs and not archive.blob_path(sha).exists()]
+                         for sha, kind, name in refs if sha in missing]
     return problems + missing_records(archive)
+
+
+def _record_chunk_shas(paths: list[str]) -> tuple[list[str], set[str], list[str]]:
+    """The records' problems, the blobs they reference (each once: a worker sends back a few thousand names,
+    not a quarter of a million references) and the paths (to name each reference should a blob be missing)."""
+    checked = _record_chunk(paths)
+    return [p for found, _ in checked for p in found], {sha for _, refs in checked for sha, _, _ in refs}, paths
 
 
 def _record_chunk(paths: list[str]) -> list[tuple[list[str], list[tuple[str, str, str]]]]:
