@@ -57,7 +57,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if problems:
         print(f"FAILED: {len(problems)} problem(s) in {archive.root}", file=sys.stderr)
         return 1
-    print(f"OK: {len(archive.record_paths())} run records and {len(archive.blob_names())} blobs verified in "
+    print(f"OK: {len(archive.run_names()[0])} run records and {len(archive.blob_names())} blobs verified in "
           f"{archive.root}")
     return 0
 
