@@ -280,7 +280,7 @@ def _check_record(path: Path, problems: list[str]) -> RunRecord | None:
 
 def _sealed_as_written(raw: bytes) -> tuple[Any, bool]:
     """The record parsed by orjson and whether its canonical JSON, as orjson writes it, hashes to its
-    ``record_sha256`` (about a fifth of the time of ``json`` and :func:`sha256_json`). When it does, orjson
+    ``record_sha256`` (less than half the time of ``json`` and :func:`sha256_json`). When it does, orjson
     wrote the very bytes the record's writer hashed, so ``json`` parses the file to the same data and
     :func:`sha256_json` agrees; when it does not (a float orjson writes otherwise, an integer beyond 64 bits
     it reads as a float, ``NaN``, an unreadable file), the caller parses and hashes as before."""

@@ -1,7 +1,7 @@
 """`draligned archive verify|reindex|ls|show|stats|text`.
 
 The summaries, tables and merge are imported by the commands that print them: ``archive verify`` would
-otherwise pay for the analysis adapters and rich at start-up (a third of a second of CPU, about 5 µs per
+otherwise pay for the analysis adapters and rich at start-up (a third of a second of CPU, about 2 µs per
 file of a 4,000-run archive's verify).
 """
 
