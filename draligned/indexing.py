@@ -63,13 +63,14 @@ def index_state(archive: Archive, files: str) -> str | None:
 def verify(archive: Archive, files: str | None = None) -> list[str]:
     """One problem line per missing or altered file of any supplier; empty when the archive is intact (then
     marked verified at its fingerprint ``files`` taken by the caller before the check; or, without one, at
-    the fingerprint of every file as stat'ed before it was read: the folders other than the blobs' first,
-    each blob folder while its blobs are hashed)."""
+    the fingerprint of every file as stat'ed before it was read: the folders other than the blobs' before
+    their files are read, while the blobs are hashed, and each blob folder as its blobs are hashed)."""
     if not archive.root.is_dir():
         return verify_archive(archive, DERIVED)
     if files is None:
-        seen = unit_digests(archive, lambda unit: not _is_blob_folder(archive, unit))
-        problems = verify_archive(archive, DERIVED, seen)
+        seen: dict[str, str] = {}
+        problems = verify_archive(archive, DERIVED, seen, lambda: unit_digests(
+            archive, lambda unit: not _is_blob_folder(archive, unit)))
         files = fingerprint(archive, known=seen)
     else:
         problems = verify_archive(archive, DERIVED)

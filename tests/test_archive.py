@@ -8,6 +8,7 @@ import os
 import select
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
@@ -17,7 +18,7 @@ from draligned.archive import Archive, ArchiveError
 from draligned.archive.store import indented_json, record_bytes, write_once
 from draligned.archive.tables import record_batches
 from draligned.cli import main
-from draligned.hashing import sha256_bytes
+from draligned.hashing import sha256_bytes, sha256_json
 from draligned.indexing import rebuild, verify
 from draligned.runner import plan_resume
 from draligned.study import load_study
@@ -119,6 +120,31 @@ def test_verify_detects_an_edited_run_record(small_archive, tmp_path):
     path.write_text(json.dumps(data))
     problems = verify(Archive(copy))
     assert any(path.name in p and "altered run record" in p for p in problems)
+
+
+def test_verify_checks_records_orjson_writes_otherwise_the_json_way(small_archive, tmp_path):
+    """verify hashes a record through orjson first; one whose canonical JSON orjson writes otherwise than
+    ``json`` (a float written 1e-05, an integer beyond 64 bits, which orjson reads as a float) is checked as
+    ``json`` checks it: resealed it is intact, edited afterwards it is altered."""
+    _, archive = small_archive
+    copy = tmp_path / "copy"
+    subprocess.run(["cp", "-a", str(archive.root), str(copy)], check=True)
+    paths = Archive(copy).record_paths()[:2]
+
+    def rewrite(path: Path, edit: Callable[[dict], None], seal: bool) -> None:
+        data = json.loads(path.read_text())
+        edit(data)
+        if seal:
+            data["record_sha256"] = sha256_json({k: v for k, v in data.items() if k != "record_sha256"})
+        path.write_text(indented_json(data) + "\n")
+
+    rewrite(paths[0], lambda d: d["counters"].update(cost_usd=1e-05), seal=True)
+    rewrite(paths[1], lambda d: d.update(attempt=2**70), seal=True)
+    assert verify(Archive(copy)) == []
+    for path in paths:
+        rewrite(path, lambda d: d.update(status_reason="edited by hand"), seal=False)
+    assert [p for p in verify(Archive(copy)) if "run record" in p] == [
+        f"{path}: altered run record (record_sha256 does not match its content)" for path in paths]
 
 
 def _index_tables(root: Path) -> dict[str, tuple[list[str], list[tuple]]]:

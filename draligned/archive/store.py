@@ -33,8 +33,8 @@ from draligned.archive.errors import ArchiveError, refuse_overwrite
 from draligned.hashing import canonical_json, sha256_bytes
 from draligned.records import RunRecord
 
-__all__ = ["Archive", "ArchiveError", "indented_json", "record_bytes", "remove_stale_temp_files", "stale_temp_files",
-           "write_once"]
+__all__ = ["Archive", "ArchiveError", "indented_json", "is_stale_temp", "record_bytes", "remove_stale_temp_files",
+           "stale_temp_files", "write_once"]
 
 
 def write_once(path: Path, data: bytes) -> bool:
@@ -72,14 +72,15 @@ STALE_TEMP_S = 300
 """A ``write_once`` temp file older than this was left by a killed writer (a live write takes far less)."""
 
 
-def stale_temp_files(archive: Archive) -> list[Path]:
-    """``.tmp-*`` files that killed ``write_once`` calls left (in ``blobs/xx/``, ``runs/``, ``reads/``,
-    ``reviews/``), sorted (listed with ``os.listdir`` and ``os.walk``: pathlib's recursive glob took half a second at
-    50,000 evaluator files)."""
+def stale_temp_files(archive: Archive, blob_folders: bool = True) -> list[Path]:
+    """``.tmp-*`` files that killed ``write_once`` calls left (in ``blobs/xx/`` unless not ``blob_folders``,
+    ``runs/``, ``reads/``, ``reviews/``), sorted (listed with ``os.listdir`` and ``os.walk``: pathlib's recursive
+    glob took half a second at 50,000 evaluator files)."""
     now = time.time()
     root = str(archive.root)
+    shards = _names(os.path.join(root, "blobs")) if blob_folders else []
     listed = [(folder, _names(folder)) for folder in [os.path.join(root, "runs")] + [
-        os.path.join(root, "blobs", p) for p in _names(os.path.join(root, "blobs")) if len(p) == 2]]
+        os.path.join(root, "blobs", p) for p in shards if len(p) == 2]]
     for top in ("reads", "reviews"):  # os.walk has listed each folder's files already
         listed += [(dirpath, files) for dirpath, _, files in os.walk(os.path.join(root, top))]
     out = []
@@ -88,12 +89,18 @@ def stale_temp_files(archive: Archive) -> list[Path]:
             if not name.startswith(".tmp-"):
                 continue
             path = os.path.join(folder, name)
-            try:
-                if now - os.stat(path).st_mtime > STALE_TEMP_S:
-                    out.append(Path(path))
-            except FileNotFoundError:  # its writer just finished
-                continue
+            if is_stale_temp(path, now):
+                out.append(Path(path))
     return sorted(out)
+
+
+def is_stale_temp(path: str, now: float) -> bool:
+    """Whether the ``.tmp-*`` file ``path`` is older than :data:`STALE_TEMP_S` at ``now`` (gone: its writer
+    just finished)."""
+    try:
+        return now - os.stat(path).st_mtime > STALE_TEMP_S
+    except FileNotFoundError:
+        return False
 
 
 def _names(folder: str) -> list[str]:
@@ -245,6 +252,12 @@ class Archive:
                 folder = os.path.join(base, prefix)
                 found.update((n, os.path.join(folder, n)) for n in _names(folder) if not n.startswith(".tmp-"))
         return found
+
+    def blob_names(self) -> set[str]:
+        """The names of every blob on disk (what :meth:`blob_files` lists, without building a path per blob)."""
+        base = str(self.root / "blobs")
+        return {n for prefix in _names(base) if len(prefix) == 2
+                for n in _names(os.path.join(base, prefix)) if not n.startswith(".tmp-")}
 
     def blob_shas(self) -> list[str]:
         """All blob names on disk, sorted."""

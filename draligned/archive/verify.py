@@ -11,23 +11,26 @@ import json
 import math
 import multiprocessing
 import os
+import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
-from contextlib import suppress
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from contextlib import contextmanager, suppress
 from functools import partial
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import duckdb
+import orjson
 from pydantic import ValidationError
 
-from draligned.archive.store import Archive, stale_temp_files
+from draligned.archive.store import Archive, is_stale_temp, stale_temp_files
 from draligned.archive.tables import ArchiveTables
 from draligned.hashing import sha256_bytes, sha256_json
 from draligned.records import RunRecord
 
 Item = TypeVar("Item")
 T = TypeVar("T")
+R = TypeVar("R")
 
 PARALLEL_FROM = 2000
 """Files from which verify checks them in worker processes (forking workers costs about 20 ms each)."""
@@ -44,23 +47,59 @@ SAMPLE = 8
 """Folders listed to judge how many files a list of alike folders holds (:func:`about_as_many`)."""
 
 
-def verify_archive(archive: Archive, tables: Sequence[ArchiveTables], seen: dict[str, str] | None = None
-                   ) -> list[str]:
+def verify_archive(archive: Archive, tables: Sequence[ArchiveTables], seen: dict[str, str] | None = None,
+                   stat_first: Callable[[], dict[str, str]] | None = None) -> list[str]:
     """One problem line per missing or altered file: altered blobs (hashed here, a ``blobs/xx`` folder at a
     time in a worker process per core) and the files of every supplier (sorted); empty when the archive is
     intact. ``seen`` gets each blob folder's :func:`stats_digest`, its files stat'ed just before they were
-    read (a fingerprint's part that costs no second pass over 120,000 blobs)."""
+    read (a fingerprint's part that costs no second pass over 120,000 blobs), and what ``stat_first``
+    returns: it runs while the workers hash the blobs, before any supplier reads a file.
+
+    One pool of workers, forked before anything else starts, checks everything (:func:`shared_workers`):
+    the blobs first, then each supplier's files as it hands them over. The suppliers run side by side in
+    threads of this process, so their listing and reducing overlaps the workers' hashing instead of
+    leaving a core idle between one check and the next (a small archive is checked here, in order)."""
     if not archive.root.exists():
         return [f"{archive.root}: archive does not exist"]
     base = os.path.join(archive.root, "blobs")
     shards = sorted(os.path.join(base, p) for p in _folders(base) if len(p) == 2)
     prefix = len(str(archive.root)) + 1
-    checked = in_parallel(partial(_altered_shards, prefix), shards,
-                          0 if about_as_many(shards, BLOBS_PARALLEL_FROM) else math.inf)
+    parallel = about_as_many(shards, BLOBS_PARALLEL_FROM)
+    with shared_workers(parallel):
+        hashing = in_chunks(partial(_altered_shards, prefix), shards, 0 if parallel else math.inf)
+        if stat_first is not None and seen is not None:
+            seen.update(stat_first())
+        if _POOL:
+            with ThreadPoolExecutor(max(1, len(tables))) as suppliers:
+                owned = list(suppliers.map(lambda supplier: supplier.verify(archive), tables))
+        else:  # a small archive: everything in this process, one check after the other
+            owned = [supplier.verify(archive) for supplier in tables]
+        checked = [found for part in hashing for found in part]
     if seen is not None:
         seen.update((shard, digest) for shard, (digest, _) in zip(shards, checked, strict=True))
     problems = {line for _, found in checked for line in found}
-    return sorted(problems | {line for supplier in tables for line in supplier.verify(archive)})
+    return sorted(problems | {line for found in owned for line in found})
+
+
+_POOL: list[ProcessPoolExecutor] = []
+"""The pool of :func:`shared_workers` while one is open (every :func:`in_chunks` inside it uses it)."""
+
+
+@contextmanager
+def shared_workers(wanted: bool = True) -> Iterator[None]:
+    """One forked worker process per core for every :func:`in_chunks` inside (when ``wanted`` and there are
+    two cores or more): forked once, here, before any thread starts, instead of a pool per check."""
+    workers = min(os.cpu_count() or 1, 8)
+    if not wanted or workers < 2 or _POOL:
+        yield
+        return
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+        pool.submit(int).result()  # forks every worker now (a fork pool starts them all at its first task)
+        _POOL.append(pool)
+        try:
+            yield
+        finally:
+            _POOL.pop()
 
 
 def about_as_many(folders: Sequence[str], files: int) -> bool:
@@ -87,7 +126,8 @@ def _folders(path: str) -> list[str]:
 
 def _altered_shards(prefix: int, shards: list[str]) -> list[tuple[str, list[str]]]:
     """Per blob folder: the digest of its files' stats (each blob's taken on its open file just before it
-    is read: one stat per blob, not two) and a problem line per blob whose bytes no longer hash to its name."""
+    is read: one stat per blob, not two) and a problem line per blob whose bytes no longer hash to its name
+    and per leftover of an interrupted write (the other folders' leftovers are :func:`verify_records`')."""
     checked = []
     for shard in shards:
         with os.scandir(shard) as entries:
@@ -95,11 +135,14 @@ def _altered_shards(prefix: int, shards: list[str]) -> list[tuple[str, list[str]
                             for e in entries)
         found: list[tuple[str, os.stat_result]] = []
         problems = []
+        now = time.time()
         for path, name, is_dir, is_file in listed:
+            if name.startswith(".tmp-") and is_stale_temp(path, now):
+                problems.append(leftover(path))
             if is_dir:  # no blob: its files count in the fingerprint as the fingerprint stats them
                 found += unit_stats(prefix, path, recursive=True)
                 continue
-            if name.startswith(".tmp-"):  # a write in progress or a leftover (verify_records names those)
+            if name.startswith(".tmp-"):  # a write in progress or a leftover (named above)
                 with suppress(FileNotFoundError):  # its writer just finished
                     found.append((path[prefix:], os.lstat(path)))
                 continue
@@ -136,12 +179,16 @@ def stats_digest(found: list[tuple[str, os.stat_result]]) -> str:
 
 def verify_records(archive: Archive) -> list[str]:
     """Unreadable or altered run records, missing blobs they reference, missing run record files and
-    leftovers of interrupted writes (checked in a worker process per core; the blobs' bytes are hashed by
-    :func:`verify_archive`)."""
+    leftovers of interrupted writes outside the blob folders (checked in a worker process per core; the blobs'
+    bytes and the blob folders' leftovers are checked by :func:`verify_archive` as it hashes them)."""
     problems = record_problems(archive, parallel=True)
-    problems += [f"{p}: leftover of an interrupted write (removed by the next 'draligned run' or "
-                 f"'draligned archive reindex')" for p in stale_temp_files(archive)]
-    return problems
+    return problems + [leftover(str(p)) for p in stale_temp_files(archive, blob_folders=False)]
+
+
+def leftover(path: str) -> str:
+    """The problem line of a leftover ``.tmp-*`` file of an interrupted write."""
+    return (f"{path}: leftover of an interrupted write (removed by the next 'draligned run' or "
+            f"'draligned archive reindex')")
 
 
 def in_parallel(check: Callable[[list[Item]], list[T]], items: list[Item], at_least: float = PARALLEL_FROM
@@ -151,17 +198,22 @@ def in_parallel(check: Callable[[list[Item]], list[T]], items: list[Item], at_le
     return [found for part in in_chunks(check, items, at_least) for found in part]
 
 
-def in_chunks(check: Callable[[list[Item]], list[T]], items: list[Item],
-              at_least: float = PARALLEL_FROM) -> Iterator[list[T]]:
+def in_chunks(check: Callable[[list[Item]], R], items: list[Item], at_least: float = PARALLEL_FROM) -> Iterator[R]:
     """What :func:`in_parallel` finds, chunk by chunk as the chunks are checked (a caller that reduces each
-    chunk's results holds one chunk's, not all of them)."""
+    chunk's results holds one chunk's, not all of them). In the pool of :func:`shared_workers` the chunks
+    are handed over at once (their results are taken in order as they come), else to a pool of its own."""
     workers = min(os.cpu_count() or 1, 8)
     if workers < 2 or len(items) < at_least:
-        for start in range(0, len(items), CHUNK):
-            yield check(items[start:start + CHUNK])
-        return
+        return (check(items[start:start + CHUNK]) for start in range(0, len(items), CHUNK))
     size = -(-len(items) // (workers * 4))
     chunks = [items[i:i + size] for i in range(0, len(items), size)]
+    if _POOL:
+        return _POOL[-1].map(check, chunks)
+    return _own_pool(check, chunks, workers)
+
+
+def _own_pool(check: Callable[[list[Item]], R], chunks: list[list[Item]], workers: int) -> Iterator[R]:
+    """``check`` over ``chunks`` in a pool of ``workers`` forked processes, results in order."""
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
         yield from pool.map(check, chunks)
 
@@ -194,15 +246,26 @@ def record_problems(archive: Archive, parallel: bool = False) -> list[str]:
     it names, so the run files are listed before the blobs, and a blob missing from a listing made earlier
     is looked up again before it is called missing."""
     sealed, started = archive.run_names()
-    blobs = set(archive.blob_files())
+    blobs = archive.blob_names()
     paths = [os.path.join(archive.runs_dir, name) for name in started + sealed]
     problems: list[str] = []
-    for chunk in in_chunks(_record_chunk, paths, PARALLEL_FROM if parallel else math.inf):
-        for found, refs in chunk:
+    for found, shas, chunk in in_chunks(_record_chunk_shas, paths, PARALLEL_FROM if parallel else math.inf):
+        missing = {sha for sha in shas if sha not in blobs and not archive.blob_path(sha).exists()}
+        if not missing:
             problems += found
+            continue
+        for found_one, refs in _record_chunk(chunk):  # blobs are missing: name every reference, in order
+            problems += found_one
             problems += [f"{archive.blob_path(sha)}: missing {kind} blob referenced by {name}"
-                         for sha, kind, name in refs if sha not in blobs and not archive.blob_path(sha).exists()]
+                         for sha, kind, name in refs if sha in missing]
     return problems + missing_records(archive)
+
+
+def _record_chunk_shas(paths: list[str]) -> tuple[list[str], set[str], list[str]]:
+    """The records' problems, the blobs they reference (each once: a worker sends back a few thousand names,
+    not a quarter of a million references) and the paths (to name each reference should a blob be missing)."""
+    checked = _record_chunk(paths)
+    return [p for found, _ in checked for p in found], {sha for _, refs in checked for sha, _, _ in refs}, paths
 
 
 def _record_chunk(paths: list[str]) -> list[tuple[list[str], list[tuple[str, str, str]]]]:
@@ -220,16 +283,34 @@ def _record_chunk(paths: list[str]) -> list[tuple[list[str], list[tuple[str, str
 
 def _check_record(path: Path, problems: list[str]) -> RunRecord | None:
     """Parse a record and check its ``record_sha256``; append problems, return it if usable."""
+    raw = read_file(str(path))
+    data, intact = _sealed_as_written(raw)
     try:
-        data = json.loads(path.read_bytes())
+        if not intact:
+            data = json.loads(raw)
         record = RunRecord.model_validate(data)
     except (ValueError, ValidationError) as exc:
         problems.append(f"{path}: unreadable run record ({str(exc).splitlines()[0]})")
         return None
-    body = {k: v for k, v in data.items() if k != "record_sha256"}
-    if sha256_json(body) != data.get("record_sha256"):
+    if not intact and sha256_json({k: v for k, v in data.items() if k != "record_sha256"}) != data.get("record_sha256"):
         problems.append(f"{path}: altered run record (record_sha256 does not match its content)")
     return record
+
+
+def _sealed_as_written(raw: bytes) -> tuple[Any, bool]:
+    """The record parsed by orjson and whether its canonical JSON, as orjson writes it, hashes to its
+    ``record_sha256`` (less than half the time of ``json`` and :func:`sha256_json`). When it does, orjson
+    wrote the very bytes the record's writer hashed, so ``json`` parses the file to the same data and
+    :func:`sha256_json` agrees; when it does not (a float orjson writes otherwise, an integer beyond 64 bits
+    it reads as a float, ``NaN``, an unreadable file), the caller parses and hashes as before."""
+    try:
+        data = orjson.loads(raw)
+        if not isinstance(data, dict) or not isinstance(sha := data.get("record_sha256"), str):
+            return data, False
+        body = orjson.dumps({k: v for k, v in data.items() if k != "record_sha256"}, option=orjson.OPT_SORT_KEYS)
+    except (orjson.JSONDecodeError, orjson.JSONEncodeError):
+        return None, False
+    return data, sha256_bytes(body) == sha
 
 
 def missing_records(archive: Archive) -> list[str]:

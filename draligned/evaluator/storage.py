@@ -226,10 +226,21 @@ def verify_reads(archive: Archive) -> list[str]:
         for dirpath, _, names in os.walk(root):
             top = dirpath[len(root) + 1:].split(os.sep, 1)[0]
             files += [(top, os.path.join(dirpath, n)) for n in names if n.endswith(".json") and n != "evaluator.json"]
-    blobs = set(archive.blob_files())
-    return [f"{archive.blob_path(sha)}: missing blob referenced by {path}" if sha else path
-            for chunk in in_chunks(_read_file_problems, files) for path, sha in chunk
-            if sha is None or sha not in blobs]
+    blobs = archive.blob_names()
+    problems: list[str] = []
+    for found, shas, chunk in in_chunks(_read_file_shas, files):
+        missing = shas - blobs
+        problems += found if not missing else [  # blobs are missing: name every reference, in order
+            f"{archive.blob_path(sha)}: missing blob referenced by {path}" if sha else path
+            for path, sha in _read_file_problems(chunk) if sha is None or sha in missing]
+    return problems
+
+
+def _read_file_shas(files: list[tuple[str, str]]) -> tuple[list[str], set[str], list[tuple[str, str]]]:
+    """The files' problem lines, the blobs they reference (each once, fewer to send back than a reference
+    per file) and the files (to name each reference should a blob be missing)."""
+    found = _read_file_problems(files)
+    return [path for path, sha in found if sha is None], {sha for _, sha in found if sha is not None}, files
 
 
 def _read_file_problems(files: list[tuple[str, str]]) -> list[tuple[str, str | None]]:
