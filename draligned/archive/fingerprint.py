@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import os
 import tempfile
 from collections.abc import Callable, Mapping
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from draligned.archive.store import Archive
-from draligned.archive.verify import in_parallel, stats_digest, unit_stats
+from draligned.archive.verify import holds_many_files, in_parallel, stats_digest, unit_stats
 
 MARKS = ".marks.json"
 """The marks file in the archive root."""
@@ -44,7 +45,7 @@ def fingerprint(archive: Archive, *folders: str, known: Mapping[str, str] | None
 def unit_digests(archive: Archive, take: Callable[[str], bool]) -> dict[str, str]:
     """The digests of the archive's fingerprint units (folders) whose path ``take`` accepts, stat'ed now."""
     units = [u for u in _units(archive.root, lambda e: e.is_dir(follow_symlinks=False))[0] if take(u[0])]
-    digests = in_parallel(partial(_unit_digests, len(str(archive.root)) + 1), units, at_least=32)
+    digests = in_parallel(partial(_unit_digests, len(str(archive.root)) + 1), units, _parallel_from(units))
     return {path: digest for (path, _), digest in zip(units, digests, strict=True)}
 
 
@@ -57,7 +58,7 @@ def tree_fingerprint(root: Path, chosen: Callable[[os.DirEntry[str]], bool],
     goes into the fingerprint, so it does not depend on the number of cores."""
     units, files = _units(root, chosen)
     if known is None:
-        digests = in_parallel(partial(_unit_digests, len(str(root)) + 1), units, at_least=32)
+        digests = in_parallel(partial(_unit_digests, len(str(root)) + 1), units, _parallel_from(units))
     else:
         digests = [known.get(path, "unseen") for path, _ in units]
     lines = [f"{path}:{digest}" for (path, _), digest in zip(units, digests, strict=True)]
@@ -81,6 +82,12 @@ def _units(root: Path, chosen: Callable[[os.DirEntry[str]], bool]) -> tuple[list
             with os.scandir(entry.path) as entries:
                 units += [(e.path, True) for e in entries if e.is_dir(follow_symlinks=False)]
     return sorted(units), files
+
+
+def _parallel_from(units: list[tuple[str, bool]]) -> float:
+    """From how many units they are stat'ed in worker processes: 32, if they hold many files between them
+    (the 256 blob folders of a small archive hold a few each: forking would cost more than stat'ing them)."""
+    return 32 if holds_many_files(path for path, _ in units) else math.inf
 
 
 def _unit_digests(prefix: int, units: list[tuple[str, bool]]) -> list[str]:

@@ -11,7 +11,7 @@ import json
 import math
 import multiprocessing
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import suppress
 from functools import partial
@@ -37,7 +37,8 @@ CHUNK = 256
 
 
 SHARDS_PARALLEL_FROM = 32
-"""Blob folders (``blobs/xx``, about 500 blobs each at 4,000 runs) from which they are hashed in workers."""
+"""Blob folders (``blobs/xx``, about 500 blobs each at 4,000 runs) from which they are hashed in workers, if
+they hold ``PARALLEL_FROM`` files between them (a small archive's blobs spread over as many folders)."""
 
 
 def verify_archive(archive: Archive, tables: Sequence[ArchiveTables], seen: dict[str, str] | None = None
@@ -51,11 +52,24 @@ def verify_archive(archive: Archive, tables: Sequence[ArchiveTables], seen: dict
     base = os.path.join(archive.root, "blobs")
     shards = sorted(os.path.join(base, p) for p in _folders(base) if len(p) == 2)
     prefix = len(str(archive.root)) + 1
-    checked = in_parallel(partial(_altered_shards, prefix), shards, SHARDS_PARALLEL_FROM)
+    checked = in_parallel(partial(_altered_shards, prefix), shards,
+                          SHARDS_PARALLEL_FROM if holds_many_files(shards) else math.inf)
     if seen is not None:
         seen.update((shard, digest) for shard, (digest, _) in zip(shards, checked, strict=True))
     problems = {line for _, found in checked for line in found}
     return sorted(problems | {line for supplier in tables for line in supplier.verify(archive)})
+
+
+def holds_many_files(folders: Iterable[str]) -> bool:
+    """Whether the ``folders`` hold ``PARALLEL_FROM`` entries between them (each listed only until they do):
+    what makes forking workers pay, however many folders there are."""
+    seen = 0
+    for folder in folders:
+        with suppress(FileNotFoundError, NotADirectoryError):
+            seen += len(os.listdir(folder))
+        if seen >= PARALLEL_FROM:
+            return True
+    return False
 
 
 def _folders(path: str) -> list[str]:
@@ -126,7 +140,8 @@ def verify_records(archive: Archive) -> list[str]:
     return problems
 
 
-def in_parallel(check: Callable[[list[Item]], list[T]], items: list[Item], at_least: int = PARALLEL_FROM) -> list[T]:
+def in_parallel(check: Callable[[list[Item]], list[T]], items: list[Item], at_least: float = PARALLEL_FROM
+                ) -> list[T]:
     """``check`` over ``items`` in chunks, in one forked worker process per core when there are ``at_least``
     items (fewer are checked here: starting workers would cost more); results in order."""
     return [found for part in in_chunks(check, items, at_least) for found in part]
