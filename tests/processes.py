@@ -34,9 +34,9 @@ def start_cli(args: list[str], log: Path, new_session: bool = False) -> subproce
 
 #: What the forked commands load (``draligned.cli`` imports a command's modules only when it runs): loaded
 #: once, in the fork server, rather than once per child.
-PRELOAD = ["draligned.cli.archive", "draligned.cli.evaluate", "draligned.cli.report", "draligned.archive_summary",
-           "draligned.indexing", "draligned.workflow", "draligned.analysis.render", "draligned.analysis.plan",
-           "draligned.guards", "draligned.evaluator.config", "tests.processes"]
+PRELOAD = ["draligned.cli.archive", "draligned.cli.run", "draligned.cli.evaluate", "draligned.cli.report",
+           "draligned.archive_summary", "draligned.indexing", "draligned.workflow", "draligned.analysis.render",
+           "draligned.analysis.plan", "draligned.guards", "draligned.evaluator.config", "tests.processes"]
 
 
 def _cli_in_child(args: list[str], log: str, env: dict[str, str], cwd: str,
