@@ -31,11 +31,20 @@ from tests.study_helpers import REPO, write_study
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed")
 
 
-@pytest.fixture
-def small(tmp_path: Path) -> tuple[Path, Archive]:
-    """A finished one-card H00 study and its archive."""
-    study = write_study(tmp_path, ["travel_budget_en.json"], name="small")
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A one-card H00 study file after its run (its archive beside it), run once for the module: tests copy it."""
+    study = write_study(tmp_path_factory.mktemp("finished"), ["travel_budget_en.json"], name="small")
     assert main(["run", str(study)]) == 0
+    return study
+
+
+@pytest.fixture
+def small(finished: Path, tmp_path: Path) -> tuple[Path, Archive]:
+    """A finished one-card H00 study and its archive: a private copy of the module's."""
+    shutil.copytree(finished.parent / "archive", tmp_path / "archive")
+    study = tmp_path / finished.name
+    study.write_text(finished.read_text())  # its archive is "archive" beside it: the copy
     return study, Archive(tmp_path / "archive")
 
 
