@@ -188,3 +188,19 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
         code = main(["demo", "--out", str(out)])
     return DemoRun(out=out, code=code, stdout=stdout.getvalue(), stderr=stderr.getvalue(),
                    link_source=out.parent / "link-source")
+
+
+@pytest.fixture(scope="session")
+def small_read(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(study file, its archive): a one-card H00 study ("small", travel_budget_en) after one run and one
+    read by the SIMULATOR evaluator, built once per session. Never to be changed: tests copy it."""
+    from tests.study_helpers import write_study
+
+    tmp = tmp_path_factory.mktemp("small-read")
+    study = write_study(tmp, ["travel_budget_en.json"], name="small")
+    with pytest.MonkeyPatch.context() as mp:
+        _guard_network(mp)  # the per-test guards are not set up yet for a session fixture
+        _skip_retry_waits(mp)
+        assert main(["run", str(study)]) == 0
+        assert main(["read", str(tmp / "archive"), "--evaluator", str(REPO / "evaluators" / "sim.toml")]) == 0
+    return study, tmp / "archive"

@@ -191,7 +191,8 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
 def serve(state: State, port: int = 0) -> ThreadingHTTPServer:
     """Start the provider on 127.0.0.1 in a daemon thread; the caller shuts it down."""
     server = ThreadingHTTPServer(("127.0.0.1", port), make_handler(state))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    # Polled often so that shutdown() returns at once instead of after up to half a second.
+    threading.Thread(target=server.serve_forever, args=(0.01,), daemon=True).start()
     return server
 
 

@@ -115,6 +115,7 @@ class WireServer(Loopback):
                     pass  # the client timed out and left (the stall fault)
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True  # closing waits for no stalled handler (its client left already)
         # Polled often so that shutdown() returns at once instead of after up to half a second.
         self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.01,), daemon=True)
 

@@ -8,6 +8,8 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 from tests.study_helpers import REPO
@@ -32,14 +34,15 @@ def start_cli(args: list[str], log: Path, new_session: bool = False) -> subproce
 
 #: What the forked commands load (``draligned.cli`` imports a command's modules only when it runs): loaded
 #: once, in the fork server, rather than once per child.
-PRELOAD = ["draligned.cli.archive", "draligned.cli.evaluate", "draligned.cli.report", "draligned.archive_summary",
-           "draligned.indexing", "draligned.workflow", "draligned.analysis.render", "draligned.analysis.plan",
-           "draligned.guards", "draligned.evaluator.config", "tests.processes"]
+PRELOAD = ["draligned.cli.archive", "draligned.cli.run", "draligned.cli.evaluate", "draligned.cli.report",
+           "draligned.archive_summary", "draligned.indexing", "draligned.workflow", "draligned.analysis.render",
+           "draligned.analysis.plan", "draligned.guards", "draligned.evaluator.config", "tests.processes"]
 
 
-def _cli_in_child(args: list[str], log: str, env: dict[str, str], cwd: str) -> None:
+def _cli_in_child(args: list[str], log: str, env: dict[str, str], cwd: str,
+                  setup: Callable[[], object] | None) -> None:
     """A forked child's body: this test's environment and directory, Ctrl-C as in a fresh interpreter,
-    output to ``log``, then exit with ``draligned ARGS``'s code."""
+    output to ``log``, ``setup`` (a test's patch), then exit with ``draligned ARGS``'s code."""
     from draligned.cli import main
 
     os.environ.clear()
@@ -49,6 +52,8 @@ def _cli_in_child(args: list[str], log: str, env: dict[str, str], cwd: str) -> N
     out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     os.dup2(out, 1)
     os.dup2(out, 2)
+    if setup is not None:
+        setup()
     try:
         code = main(args)
     finally:
@@ -57,19 +62,30 @@ def _cli_in_child(args: list[str], log: str, env: dict[str, str], cwd: str) -> N
     sys.exit(code)
 
 
-def run_cli_at_once(commands: list[list[str]], logs: Path) -> list[tuple[int | None, str]]:
-    """Run ``draligned C`` for each command ``C`` in a process of its own, all at the same time, and return
-    each one's exit code and output (written to ``logs/<n>.log``). The children are forked from a fork server
-    that loaded draligned once, so they start together and cheaply, each with its own locks, file handles
-    and DuckDB connections, as separate ``draligned`` commands have."""
+def fork_server() -> multiprocessing.context.ForkServerContext:
+    """The fork server's context: its children are forked from a server that loaded draligned once, so they
+    start cheaply, each with its own locks, file handles and DuckDB connections, as separate ``draligned``
+    commands have."""
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(PRELOAD)
+    return context
+
+
+def fork_cli(args: list[str], log: Path, setup: Callable[[], object] | None = None) -> BaseProcess:
+    """Start ``draligned ARGS`` in a process forked by the fork server, output in the file ``log``; a
+    picklable ``setup`` (e.g. a ``functools.partial`` of a module-level function) runs in the child first.
+    Signal it with ``os.kill(proc.pid, ...)``; ``proc.join()`` then gives ``proc.exitcode`` (the command's
+    code, or minus the signal that killed it)."""
+    proc = fork_server().Process(target=_cli_in_child, args=(args, str(log), dict(os.environ), os.getcwd(), setup))
+    proc.start()
+    return proc
+
+
+def run_cli_at_once(commands: list[list[str]], logs: Path) -> list[tuple[int | None, str]]:
+    """Run ``draligned C`` for each command ``C`` in a process of its own (:func:`fork_cli`), all at the
+    same time, and return each one's exit code and output (written to ``logs/<n>.log``)."""
     logs.mkdir(parents=True, exist_ok=True)
-    env, cwd = dict(os.environ), os.getcwd()
-    procs = [context.Process(target=_cli_in_child, args=(c, str(logs / f"{n}.log"), env, cwd))
-             for n, c in enumerate(commands)]
-    for proc in procs:
-        proc.start()
+    procs = [fork_cli(c, logs / f"{n}.log") for n, c in enumerate(commands)]
     for proc in procs:
         proc.join()
     return [(p.exitcode, (logs / f"{n}.log").read_text()) for n, p in enumerate(procs)]

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import select
 import subprocess
-import sys
+import threading
 from collections.abc import Callable
+from functools import partial
+from multiprocessing.connection import Connection
 from pathlib import Path
 
 import duckdb
@@ -23,6 +23,7 @@ from draligned.indexing import rebuild, verify
 from draligned.runner import plan_resume
 from draligned.study import load_study
 from draligned.tools.corpus import load_corpus
+from tests.processes import fork_cli, fork_server
 from tests.study_helpers import records, run, write_study
 
 
@@ -236,26 +237,19 @@ def test_interrupted_run_is_rerun_as_new_attempt_and_old_attempt_kept(tmp_path):
     assert (archive.runs_dir / "rcrashed0000.started.json").exists()
 
 
-#: ``draligned run STUDY`` that stands still (event loop blocked, nothing more written) once ``seal_at`` run
-#: records are durable (a run counts as ended only then: the group-commit writer thread made them so) while
-#: another run is under way, and says so on file descriptor ``fd``: the test kills it there.
-HOLD_AFTER_SEALING = """
-import os, sys, threading
-from draligned.archive.store import Archive
-from draligned.cli import main
+def hold_after_sealing(said: Connection, seal_at: int) -> None:
+    """In a ``draligned run`` child: stand still (event loop blocked, nothing more written) once ``seal_at``
+    run records are durable (a run counts as ended only then: the group-commit writer thread made them so)
+    while another run is under way, and say so on ``said``: the test kills it there."""
+    durable = Archive.durable
 
-study, fd, seal_at = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-durable = Archive.durable
+    async def held(self: Archive) -> None:
+        await durable(self)
+        if seal_at <= len(self.record_paths()) < len(self.started_paths()):
+            said.send("sealed")
+            threading.Event().wait()  # until SIGKILL
 
-async def hold_after_sealing(self):
-    await durable(self)
-    if seal_at <= len(self.record_paths()) < len(self.started_paths()):
-        os.write(fd, b"sealed\\n")
-        threading.Event().wait()  # until SIGKILL
-
-Archive.durable = hold_after_sealing
-sys.exit(main(["run", study]))
-"""
+    Archive.durable = held
 
 
 @pytest.mark.slow
@@ -263,19 +257,18 @@ def test_killed_study_resumes_without_redoing_finished_runs(tmp_path):
     """A real interruption: kill the process mid-study, rerun, every slot ends up finished once."""
     study = write_study(tmp_path, ["car_insurance_2f_en.json", "career_mobility_en.json"], seeds=2,
                         latency_s=0.01)
-    signal_r, signal_w = os.pipe()
-    with open(tmp_path / "stderr.txt", "wb") as err:
-        proc = subprocess.Popen([sys.executable, "-c", HOLD_AFTER_SEALING, str(study), str(signal_w), "2"],
-                                pass_fds=(signal_w,), stdout=subprocess.DEVNULL, stderr=err)
-    os.close(signal_w)
+    heard, said = fork_server().Pipe(duplex=False)
+    proc = fork_cli(["run", str(study)], tmp_path / "run.log", partial(hold_after_sealing, said, 2))
+    said.close()
     try:
-        ready, _, _ = select.select([signal_r], [], [], 300)  # a guard against a hang, not a timing
-        said = os.read(signal_r, 64) if ready else b""
+        told = heard.recv() if heard.poll(300) else None  # a guard against a hang, not a timing
+    except EOFError:  # the child ended first
+        told = None
     finally:
-        os.close(signal_r)
+        heard.close()
         proc.kill()
-        proc.wait()
-    assert said == b"sealed\n", (tmp_path / "stderr.txt").read_text()
+        proc.join()
+    assert told == "sealed", (tmp_path / "run.log").read_text()
     archive = Archive(tmp_path / "archive")
     assert len(archive.record_paths()) >= 2  # killed once two runs were sealed
     assert len(archive.started_paths()) > len(archive.record_paths())  # really interrupted

@@ -20,18 +20,15 @@ from draligned.cli import main
 from draligned.evaluator import reading
 from draligned.indexing import DERIVED
 from draligned.records import ToolCallEvent
-from tests.study_helpers import REPO, write_study
+from tests.study_helpers import REPO
 
 SIM_TOML = str(REPO / "evaluators" / "sim.toml")
 
 
 @pytest.fixture(scope="module")
-def small(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def small(small_read: tuple[Path, Path]) -> Path:
     """An archive after one run and one read by the SIMULATOR evaluator; tests copy it."""
-    tmp = tmp_path_factory.mktemp("marks")
-    assert main(["run", str(write_study(tmp, ["travel_budget_en.json"], name="small"))]) == 0
-    assert main(["read", str(tmp / "archive"), "--evaluator", SIM_TOML]) == 0
-    return tmp / "archive"
+    return small_read[1]
 
 
 def _copy(small: Path, tmp_path: Path) -> Archive:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from draligned.indexing import connect
 from draligned.models.batch import BatchLine, chunks
 from draligned.models.batch_openai import OpenAIBatch
 from tests.batch_servers import AnthropicBatchServer, OpenAIBatchServer
-from tests.processes import start_cli
+from tests.processes import fork_cli
 from tests.study_helpers import REPO, run, write_evaluator, write_study
 
 KEY = "sk-batch-test-secret"
@@ -255,13 +256,15 @@ def test_a_killed_read_resumes_polling_the_same_batch_without_resubmitting(archi
     with server_for(protocol, hold=True) as server:
         toml = evaluator_file(tmp_path, f"killed-{protocol}", protocol, server.base_url)
         args = ["read", str(archive.root), "--evaluator", str(toml), "--phase", "final", "--batch", "--poll-s", "0.05"]
-        proc = start_cli(args, tmp_path / "killed.log")
+        proc = fork_cli(args, tmp_path / "killed.log")
         try:
             while not server.retrieved.wait(0.05):  # until the submitted batch has been polled once
-                assert proc.poll() is None, (tmp_path / "killed.log").read_text()
+                assert proc.is_alive(), (tmp_path / "killed.log").read_text()
         finally:
-            proc.send_signal(how)
-            code = proc.wait()
+            assert proc.pid is not None
+            os.kill(proc.pid, how)
+            proc.join()
+        code = proc.exitcode
         assert code == (130 if how == signal.SIGINT else -signal.SIGKILL), (tmp_path / "killed.log").read_text()
         store = ReadStore(archive, f"killed-{protocol}")
         [job] = store.open_batches()  # persisted before polling began

@@ -7,11 +7,12 @@ import asyncio
 import fcntl
 import json
 import os
-import select
 import shutil
 import signal
-import subprocess
-import sys
+import threading
+from functools import partial
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 import duckdb
@@ -24,17 +25,26 @@ from draligned.cli import main
 from draligned.indexing import DERIVED, verify
 from draligned.runner import LOCK_NAME
 from draligned.sandbox import workspace_root
-from tests.processes import run_cli_at_once
+from tests.processes import fork_cli, fork_server, run_cli_at_once
 from tests.study_helpers import REPO, write_study
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed")
 
 
-@pytest.fixture
-def small(tmp_path: Path) -> tuple[Path, Archive]:
-    """A finished one-card H00 study and its archive."""
-    study = write_study(tmp_path, ["travel_budget_en.json"], name="small")
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A one-card H00 study file after its run (its archive beside it), run once for the module: tests copy it."""
+    study = write_study(tmp_path_factory.mktemp("finished"), ["travel_budget_en.json"], name="small")
     assert main(["run", str(study)]) == 0
+    return study
+
+
+@pytest.fixture
+def small(finished: Path, tmp_path: Path) -> tuple[Path, Archive]:
+    """A finished one-card H00 study and its archive: a private copy of the module's."""
+    shutil.copytree(finished.parent / "archive", tmp_path / "archive")
+    study = tmp_path / finished.name
+    study.write_text(finished.read_text())  # its archive is "archive" beside it: the copy
     return study, Archive(tmp_path / "archive")
 
 
@@ -159,46 +169,40 @@ def test_sigterm_interrupts_a_study_like_ctrl_c_with_exit_143_and_the_resume_hin
     assert (tmp_path / "archive" / "index.duckdb").exists() and signal.getsignal(signal.SIGTERM) is before
 
 
-#: ``draligned run STUDY`` that says on file descriptor ``fd`` where its first H-W workspace is, once it made
-#: it; with ``hold`` it then stands still (event loop blocked) until killed.
-SAY_WORKSPACE = """
-import os, sys, threading
-import draligned.executors.hw as hw
-from draligned.cli import main
+def tell_workspace(said: Connection, hold: bool) -> None:
+    """In a ``draligned run`` child: send the path of its first H-W workspace on ``said`` once it made it;
+    with ``hold``, then stand still (event loop blocked) until killed."""
+    import draligned.executors.hw as hw
 
-study, fd, hold = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "hold"
-made = hw.new_workspace
+    made = hw.new_workspace
 
-def new_workspace():
-    path = made()
-    os.write(fd, (str(path) + "\\n").encode())
-    if hold:
-        threading.Event().wait()
-    return path
+    def new_workspace() -> Path:
+        path = made()
+        said.send(str(path))
+        if hold:
+            threading.Event().wait()
+        return path
 
-hw.new_workspace = new_workspace
-sys.exit(main(["run", study]))
-"""
+    hw.new_workspace = new_workspace
 
 
-def _start_hw_run(tmp_path: Path, hold: bool) -> tuple[subprocess.Popen, Path]:
-    """Start an H-W study in a subprocess; returns it and the workspace it made (once it made it)."""
+def _start_hw_run(tmp_path: Path, hold: bool) -> tuple[BaseProcess, Path]:
+    """Start an H-W study in a child process; returns it and the workspace it made (once it made it)."""
     study = write_study(tmp_path, ["travel_budget_en.json"], extra='harnesses = ["H-W"]', latency_s=60)
-    r, w = os.pipe()
-    with open(tmp_path / "run.log", "wb") as log:  # a file, not a pipe nobody reads until the end
-        proc = subprocess.Popen([sys.executable, "-c", SAY_WORKSPACE, str(study), str(w), "hold" if hold else "go"],
-                                pass_fds=(w,), stdout=log, stderr=subprocess.STDOUT)
-    os.close(w)
+    heard, said = fork_server().Pipe(duplex=False)
+    proc = fork_cli(["run", str(study)], tmp_path / "run.log", partial(tell_workspace, said, hold))
+    said.close()
     try:
-        ready, _, _ = select.select([r], [], [], 300)  # a guard against a hang, not a timing
-        said = os.read(r, 4096).decode().splitlines() if ready else []
+        path = heard.recv() if heard.poll(300) else None  # a guard against a hang, not a timing
+    except EOFError:  # the child ended without making one
+        path = None
     finally:
-        os.close(r)
-    if not said:
+        heard.close()
+    if path is None:
         proc.kill()
-        proc.wait()
+        proc.join()
         pytest.fail((tmp_path / "run.log").read_text())
-    return proc, Path(said[0])
+    return proc, Path(path)
 
 
 @needs_bwrap
@@ -206,7 +210,7 @@ def _start_hw_run(tmp_path: Path, hold: bool) -> tuple[subprocess.Popen, Path]:
 def test_a_killed_runs_workspace_is_removed_by_the_next_run(tmp_path):
     proc, workspace = _start_hw_run(tmp_path, hold=True)
     proc.kill()
-    proc.wait()
+    proc.join()
     owner = workspace.with_name(workspace.name + ".owner")
     assert workspace.is_dir() and json.loads(owner.read_text())[0] == str((tmp_path / "archive").resolve())
     other = workspace_root() / "0123456789abcdef"  # another archive's live run: left alone
@@ -226,10 +230,10 @@ def test_a_killed_runs_workspace_is_removed_by_the_next_run(tmp_path):
 @pytest.mark.slow
 def test_sigterm_mid_run_exits_143_removes_the_workspace_and_keeps_the_archive_resumable(tmp_path):
     proc, workspace = _start_hw_run(tmp_path, hold=False)
-    proc.send_signal(signal.SIGTERM)
-    code = proc.wait(timeout=300)
+    proc.terminate()  # SIGTERM
+    proc.join(timeout=300)
     said = (tmp_path / "run.log").read_text()
-    assert code == 143, said
+    assert proc.exitcode == 143, said
     assert "interrupted (SIGTERM)" in said and "run the same command again" in said
     assert not workspace.exists()
     archive = Archive(tmp_path / "archive")

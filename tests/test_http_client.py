@@ -5,6 +5,7 @@ with the event loop that opened its connections."""
 from __future__ import annotations
 
 import asyncio
+import ssl
 
 import pytest
 
@@ -98,3 +99,25 @@ def test_the_default_transport_is_not_written_so_earlier_declarations_keep_their
     assert RetryPolicy().model_dump(mode="json") == before
     assert RetryPolicy(http_client="httpx").model_dump(mode="json") == {**before, "http_client": "httpx"}
     assert RetryPolicy.model_validate(RetryPolicy(http_client="httpx").model_dump()).http_client == "httpx"
+
+
+def test_every_client_shares_one_tls_context_per_ca_bundle(monkeypatch, tmp_path):
+    import certifi
+
+    from draligned.models.http import sdk_http_client
+    from draligned.tls import tls_context
+    from draligned.tools.web.wire import capturing_client
+
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    shared = tls_context()
+    assert shared.verify_mode == ssl.CERT_REQUIRED and shared.check_hostname
+    import openai
+    transport = sdk_http_client(openai, "aiohttp")._transport
+    assert transport.ssl_context is shared
+    assert capturing_client(1.0)._transport._pool._ssl_context is shared
+    bundle = tmp_path / "ca.pem"
+    bundle.write_bytes(open(certifi.where(), "rb").read())
+    monkeypatch.setenv("SSL_CERT_FILE", str(bundle))  # another CA bundle: a context of its own
+    assert tls_context() is not shared and tls_context() is tls_context()
+    assert tls_context(trust_env=False) is not tls_context()  # the page reader ignores the variables

@@ -12,19 +12,15 @@ import pytest
 from draligned.archive import Archive
 from draligned.cli import main
 from draligned.records import ToolCallEvent
-from tests.study_helpers import REPO, write_study
+from tests.study_helpers import REPO
 
 SIM_TOML = str(REPO / "evaluators" / "sim.toml")
 
 
 @pytest.fixture(scope="module")
-def intact(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+def intact(small_read: tuple[Path, Path]) -> tuple[Path, Path]:
     """(study file, its archive after one run and one read by the SIMULATOR evaluator); tests copy it."""
-    tmp = tmp_path_factory.mktemp("integrity")
-    study = write_study(tmp, ["travel_budget_en.json"], name="small")
-    assert main(["run", str(study)]) == 0
-    assert main(["read", str(tmp / "archive"), "--evaluator", SIM_TOML]) == 0
-    return study, tmp / "archive"
+    return small_read
 
 
 def _copy(intact: tuple[Path, Path], tmp_path: Path) -> tuple[Path, Archive]:

@@ -13,19 +13,17 @@ import pytest
 
 from draligned.analysis.plan import parse_plan
 from draligned.cli import build_parser, main
-from tests.study_helpers import REPO, write_study
+from tests.study_helpers import REPO
 
 SIM_TOML = str(REPO / "evaluators" / "sim.toml")
 SIM_ID = "sim-lexical-v1"
 
 
 @pytest.fixture(scope="module")
-def read_archive(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A one-card H00 archive read by the SIMULATOR evaluator (never changed: tests copy it to damage it)."""
-    tmp = tmp_path_factory.mktemp("refusals")
-    assert main(["run", str(write_study(tmp, ["travel_budget_en.json"], name="small"))]) == 0
-    assert main(["read", str(tmp / "archive"), "--evaluator", SIM_TOML]) == 0
-    return tmp / "archive"
+def read_archive(small_read: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A one-card H00 archive read by the SIMULATOR evaluator (never damaged: tests copy it to damage it),
+    this module's copy of the session's: its commands add reviews and reports to it."""
+    return Path(shutil.copytree(small_read[1], tmp_path_factory.mktemp("refusals") / "archive"))
 
 
 def _refused(capsys: pytest.CaptureFixture[str], argv: list[str], *named: str) -> str:

@@ -3,7 +3,9 @@ CSVs, the HTML self-contained and rendered by headless Chromium (screenshot kept
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import io
 import json
 import re
 import shutil
@@ -61,12 +63,21 @@ def _csv(path):
         return list(csv.DictReader(fh))
 
 
-def test_report_writes_every_table_with_identity_and_known_answers(built, capsys):
+@pytest.fixture(scope="module")
+def sim_report(built) -> tuple[Path, str]:
+    """The report of the built archive with the sim evaluator (its tables, HTML and pages) and what
+    ``--show-sql`` printed: built once for the tests that only read it."""
     tmp, archive, _, plan = built
     out = tmp / "out"
-    assert main(["report", str(archive.root), "--plan", str(plan), "--evaluator", "sim", "--out", str(out),
-                 "--show-sql"]) == 0
-    printed = capsys.readouterr().out
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        code = main(["report", str(archive.root), "--plan", str(plan), "--evaluator", "sim", "--out", str(out),
+                     "--show-sql"])
+    assert code == 0
+    return out, printed.getvalue()
+
+
+def test_report_writes_every_table_with_identity_and_known_answers(built, sim_report):
+    plan, (out, printed) = built[3], sim_report
     assert "FROM runs r" in printed and "FROM states" in printed and "FROM cess_runs" in printed
     manifest = json.loads((out / "tables" / "manifest.json").read_text())
     assert manifest["identity"]["plan_sha256"] == sha256_file(plan)
@@ -137,12 +148,9 @@ def test_report_without_states_says_so_and_keeps_the_rest(built):
 
 
 @pytest.fixture(scope="module")
-def html_report(built) -> Path:
-    """The report of the built archive (its HTML and pages), built once for the tests that only read it."""
-    tmp, archive, _, plan = built
-    out = tmp / "out-html"
-    assert main(["report", str(archive.root), "--plan", str(plan), "--evaluator", "sim", "--out", str(out)]) == 0
-    return out
+def html_report(sim_report) -> Path:
+    """The report's folder (its HTML and pages)."""
+    return sim_report[0]
 
 
 def test_html_is_self_contained(html_report):

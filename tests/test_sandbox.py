@@ -144,7 +144,7 @@ class TestIsolation:
         drop = (lambda: os.setuid(uid)) if uid is not None else None
         others = [subprocess.Popen(["sleep", "30"], preexec_fn=drop) for _ in range(24)]  # same uid, elsewhere
         try:
-            ok = sh(workspace, "for i in $(seq 5); do sleep 1 & done; wait; echo ok", processes=16)
+            ok = sh(workspace, "for i in $(seq 5); do sleep 0.2 & done; wait; echo ok", processes=16)
             bomb = sh(workspace, "for i in $(seq 40); do sleep 3 & done; echo spawned", processes=16)
         finally:
             for p in others:

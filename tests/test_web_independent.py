@@ -170,14 +170,14 @@ def test_a_redirect_to_a_private_address_is_refused_even_on_loopback(tmp_path):
 
 def test_a_reply_that_drips_slowly_is_a_timeout_within_the_per_attempt_bound(tmp_path, web):
     start = time.monotonic()
-    fetched = _read(tmp_path, web.url + "/drip", retry={"timeout_s": 0.5, "max_attempts": 1})
+    fetched = _read(tmp_path, web.url + "/drip", retry={"timeout_s": 0.3, "max_attempts": 1})
     assert fetched.error == "timeout", fetched.message
     assert time.monotonic() - start < 3  # the whole body takes ~12 s at the fake's pace
 
 
 def test_a_provider_that_drips_its_reply_is_a_timeout(tmp_path, web):
     async def go() -> Fetched:
-        w = study_web("brave", provider.url, tmp_path / "store", retry={"timeout_s": 0.5, "max_attempts": 1})
+        w = study_web("brave", provider.url, tmp_path / "store", retry={"timeout_s": 0.3, "max_attempts": 1})
         try:
             return await w.search("night trains", 6, Archive(tmp_path / "archive"))
         finally:

@@ -150,7 +150,7 @@ def test_a_provider_that_hangs_is_a_timeout_after_the_bounded_retries(tmp_path, 
         faults = {SEARCH_PATHS[kind]: {1: "hang", 2: "hang"}}
         with ProviderServer(kind, web_pages, faults=faults) as provider:
             web = study_web(kind, provider.url, tmp_path / "store",
-                            retry={"timeout_s": 0.3, "max_attempts": 2})
+                            retry={"timeout_s": 0.05, "max_attempts": 2})
             try:
                 return await web.search("kyoto", 6, Archive(tmp_path / "archive"))
             finally:

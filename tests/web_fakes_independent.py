@@ -137,7 +137,7 @@ class Fake:
         return [r for r in self.log if r["path"] == path]
 
     def __enter__(self) -> Self:
-        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True).start()
         return self
 
     def __exit__(self, *exc: object) -> None:

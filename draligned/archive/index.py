@@ -23,20 +23,30 @@ from draligned.archive.store import Archive, ArchiveError, remove_stale_temp_fil
 from draligned.archive.tables import ArchiveTables, record_batches
 
 
-def bulk_insert(con: duckdb.DuckDBPyConnection, table: str, rows: Sequence[tuple[Any, ...]]) -> None:
-    """Insert many rows at once through a newline-delimited JSON file (executemany is slow)."""
+def bulk_insert(con: duckdb.DuckDBPyConnection, table: str, rows: Sequence[tuple[Any, ...]], scratch: Path,
+                columns: Sequence[tuple[str, str]]) -> None:
+    """Insert many rows at once through a newline-delimited JSON file in the folder ``scratch`` (executemany
+    is slow); ``columns`` are the table's names and types in order."""
     if not rows:
         return
-    cols = con.execute(f"SELECT column_name, data_type FROM information_schema.columns "
-                       f"WHERE table_name = '{table}' ORDER BY ordinal_position").fetchall()
-    with tempfile.TemporaryDirectory(prefix="draligned-index-") as scratch:
-        path = Path(scratch) / f"{table}.jsonl"
-        with path.open("w", encoding="utf-8") as fh:
-            for row in rows:
-                fh.write(json.dumps(dict(zip((c for c, _ in cols), row, strict=True)), ensure_ascii=False) + "\n")
-        spec = "{" + ", ".join(f"'{c}': '{t}'" for c, t in cols) + "}"
-        con.execute(f"INSERT INTO {table} SELECT * FROM read_json(?, format='newline_delimited', "
-                    f"columns={spec})", [str(path)])
+    path = scratch / f"{table}.jsonl"
+    with path.open("w", encoding="utf-8") as fh:
+        for row in rows:
+            fh.write(json.dumps(dict(zip((c for c, _ in columns), row, strict=True)), ensure_ascii=False) + "\n")
+    spec = "{" + ", ".join(f"'{c}': '{t}'" for c, t in columns) + "}"
+    con.execute(f"INSERT INTO {table} SELECT * FROM read_json(?, format='newline_delimited', "
+                f"columns={spec})", [str(path)])
+
+
+def table_columns(con: duckdb.DuckDBPyConnection) -> dict[str, list[tuple[str, str]]]:
+    """Each table's column names and types in order (one catalog query: asking per insert cost more than
+    the insert)."""
+    columns: dict[str, list[tuple[str, str]]] = {}
+    for table, column, kind in con.execute("SELECT table_name, column_name, data_type FROM duckdb_columns() "
+                                           "WHERE database_name = current_database() "
+                                           "ORDER BY table_name, column_index").fetchall():
+        columns.setdefault(table, []).append((column, kind))
+    return columns
 
 
 def require_archive(archive: Archive) -> None:
@@ -90,9 +100,12 @@ def rebuild_index(archive: Archive, tables: Sequence[ArchiveTables]) -> Path:
                 for supplier in tables:
                     if supplier.ddl:
                         con.execute(supplier.ddl)
-                    for batch in supplier.rows(archive, record_batches(archive)):
-                        for table, rows in batch.items():
-                            bulk_insert(con, table, rows)
+                columns = table_columns(con)
+                with tempfile.TemporaryDirectory(prefix="draligned-index-") as scratch:
+                    for supplier in tables:
+                        for batch in supplier.rows(archive, record_batches(archive)):
+                            for table, rows in batch.items():
+                                bulk_insert(con, table, rows, Path(scratch), columns[table])
             finally:
                 con.close()
             os.replace(tmp, target)

@@ -16,6 +16,7 @@ import importlib
 from typing import Any, Literal
 
 from draligned.models.base import ModelError
+from draligned.tls import tls_context
 
 #: httpcore's bound on a response head (h11's ``max_incomplete_event_size``): aiohttp's line, field and
 #: header-count limits are raised to what fits in it, so a gateway's long header list reads as with httpx.
@@ -40,7 +41,7 @@ def sdk_http_client(sdk: Any, kind: Literal["aiohttp", "httpx"]) -> Any:
                                          ssl=transport.ssl_context)
         return aiohttp.ClientSession(connector=connector, max_line_size=HEAD_BYTES, max_field_size=HEAD_BYTES,
                                      max_headers=MAX_HEADERS)
-    transport = vendored.AiohttpTransport(limits=limits, client=session)
+    transport = vendored.AiohttpTransport(verify=tls_context(), limits=limits, client=session)
     return sdk.DefaultAioHttpClient(transport=transport)
 
 

@@ -20,6 +20,7 @@ from urllib.parse import urljoin, urlsplit
 
 import httpx
 
+from draligned.tls import tls_context
 from draligned.tools.errors import ToolError
 from draligned.tools.search_spec import SearchSpec
 from draligned.tools.web.wire import USER_AGENT, Exchange, FetchFailed, transport_failure, utcnow
@@ -43,6 +44,7 @@ class HttpReader:
         no_cookies = CookieJar(policy=DefaultCookiePolicy(allowed_domains=[]))
         self._http = httpx.AsyncClient(
             timeout=spec.retry.timeout_s, follow_redirects=False, cookies=no_cookies, trust_env=False,
+            verify=tls_context(trust_env=False),
             headers={"User-Agent": USER_AGENT,
                      "Accept": "text/html,application/xhtml+xml,application/pdf;q=0.9,text/plain;q=0.8,*/*;q=0.1"})
 

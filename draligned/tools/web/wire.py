@@ -20,6 +20,7 @@ import httpx
 
 from draligned.backoff import chain, retry_with_backoff, seconds_to_wait
 from draligned.records import ModelAttempt
+from draligned.tls import tls_context
 from draligned.tools.errors import ToolError
 from draligned.tools.search_spec import WebRetry
 
@@ -68,7 +69,8 @@ async def _keep_response(response: httpx.Response) -> None:
 
 def capturing_client(timeout: float, **kwargs: Any) -> httpx.AsyncClient:
     """An httpx client whose answers are kept for the call in progress (see :func:`exchange`)."""
-    return httpx.AsyncClient(timeout=timeout, event_hooks={"response": [_keep_response]}, **kwargs)
+    return httpx.AsyncClient(timeout=timeout, event_hooks={"response": [_keep_response]}, verify=tls_context(),
+                             **kwargs)
 
 
 def status_failure(ex: Exchange, what: str) -> FetchFailed:
