@@ -68,6 +68,26 @@ def test_group_commit_writes_once_and_reports_a_refused_write_at_durable(tmp_pat
     assert not list(tmp_path.glob("blobs/*/.tmp-*"))
 
 
+def test_a_durable_wait_given_up_leaves_the_writer_committing(tmp_path):
+    """A run cancelled while it waits for ``durable`` (Ctrl-C) gives its wait up; the writer thread goes on
+    and makes what is queued after it durable (setting the given-up wait used to kill the thread silently)."""
+    a = Archive(tmp_path)
+
+    async def study_run() -> str:
+        with a.group_commit():
+            a.put_blob("first")
+            waiting = asyncio.ensure_future(a.durable())
+            await asyncio.sleep(0)
+            waiting.cancel()
+            later = a.put_blob("queued after the given-up wait")
+            await asyncio.wait_for(a.durable(), 60)  # a guard against a hang (the dead thread), not a timing
+            return later
+
+    sha = asyncio.run(study_run())
+    assert a.blob_path(sha).read_bytes() == b"queued after the given-up wait"
+    assert a.blob_path(sha256_bytes(b"first")).read_bytes() == b"first"
+
+
 @pytest.mark.parametrize("value", [
     {}, [], {"a": [], "b": {}}, {"z": 1, "a": [1.5, -0.0, 1e-07, 1e16, 3], "m": None, "t": True, "f": False},
     {"text": "caf\u00e9 \u676d\u5dde \"q\" \\ \n\t\u0001 \u2028 \U0001f600", "nested": [[{"k": [[]]}]]},
@@ -208,6 +228,7 @@ def test_interrupted_run_is_rerun_as_new_attempt_and_old_attempt_kept(tmp_path):
     (new,) = records(again)
     assert new.slot_id == slots[0].slot_id and new.attempt == attempts[slots[0].slot_id] + 1
     assert (archive.runs_dir / "rcrashed0000.started.json").exists()
+
 
 
 #: ``draligned run STUDY`` that stands still (event loop blocked, nothing more written) once ``seal_at`` run
