@@ -19,7 +19,7 @@ from draligned.archive.tables import record_batches
 from draligned.cli import main
 from draligned.hashing import sha256_bytes
 from draligned.indexing import rebuild, verify
-from draligned.runner import plan_resume
+from draligned.runner import RunProgress, plan_resume, run_study
 from draligned.study import load_study
 from draligned.tools.corpus import load_corpus
 from tests.study_helpers import records, run, write_study
@@ -229,6 +229,37 @@ def test_interrupted_run_is_rerun_as_new_attempt_and_old_attempt_kept(tmp_path):
     assert new.slot_id == slots[0].slot_id and new.attempt == attempts[slots[0].slot_id] + 1
     assert (archive.runs_dir / "rcrashed0000.started.json").exists()
 
+
+def test_a_lane_runs_its_next_slot_while_its_last_run_is_made_durable(tmp_path, monkeypatch):
+    """One lane, two slots: the second run starts while the first waits to be durable (its wait is held until
+    the second's started marker is queued), and each run is still reported only once its record is on disk."""
+    study = write_study(tmp_path, ["career_mobility_en.json"])
+    study.write_text(study.read_text().replace("concurrency = 3", "concurrency = 1"))
+    markers: list[str] = []
+    second_started = asyncio.Event()
+    write_started, durable = Archive.write_started, Archive.durable
+
+    def started(self: Archive, record) -> None:
+        write_started(self, record)
+        markers.append(record.run_id)
+        if len(markers) == 2:
+            second_started.set()
+
+    async def held(self: Archive) -> None:
+        await asyncio.wait_for(second_started.wait(), 60)  # a guard against a hang (a lane waiting), not a timing
+        await durable(self)
+
+    monkeypatch.setattr(Archive, "write_started", started)
+    monkeypatch.setattr(Archive, "durable", held)
+    on_disk: list[bool] = []
+
+    def progress(p: RunProgress) -> None:
+        if p.run is not None:
+            on_disk.append((tmp_path / "archive" / "runs" / f"{p.run.run_id}.json").exists())
+
+    result = asyncio.run(run_study(load_study(study), progress=progress))
+    assert [r.run_id for r in result.runs] == markers and result.statuses["completed"] == 2
+    assert on_disk == [True, True]
 
 
 #: ``draligned run STUDY`` that stands still (event loop blocked, nothing more written) once ``seal_at`` run
