@@ -9,7 +9,10 @@ model's ``max_connections``) and each worker count, a study of ``--runs-per-slot
 model calls per second from the first request to the last reply (what the runs sustain; the figure with
 study start, worker start and the final reindex is printed next to it), efficiency against the
 ideal C / L, and the CPU per model call of the parent, the workers and the server (what bounds calls/s on
-a machine's cores: cores / total CPU per call). Targets (issue 14, 2 cores):
+a machine's cores: cores / total CPU per call), over the whole study and (``steady_5_to_95pct``) over the
+middle of it, where every process is running and neither the study start nor the parent's final reindex
+counts. The archive goes to the temporary directory: ``TMPDIR=/dev/shm`` puts it on tmpfs, which takes the
+disk's ``syncfs`` out of the figures. Targets (issue 14, 2 cores):
 >= 576 calls/s (0.9 of C/L) at C = 64, >= 1,000 calls/s at C = 256.
 """
 
@@ -17,12 +20,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import multiprocessing
 import os
 import resource
 import socket
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, cast
@@ -131,6 +136,50 @@ def _cpu(server_pid: int | None) -> dict[str, float]:
             "server": sum(int(t) for t in ticks) / os.sysconf("SC_CLK_TCK")}
 
 
+def _ticks(pid: int) -> float:
+    """CPU seconds (user + system) of a live process."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _children() -> list[int]:
+    """This process's live child processes (the server, the workers, multiprocessing's resource tracker)."""
+    tasks = Path(f"/proc/{os.getpid()}/task")
+    return [int(pid) for task in tasks.iterdir() for pid in (task / "children").read_text().split()]
+
+
+class Steady(threading.Thread):
+    """Samples, every 50 ms while a study runs, the replies served and the CPU of the parent (this process:
+    its loop and its archive writer thread), of the live worker processes and of the server, so that the rate
+    and the CPU per call of the middle of the study (from 5% to 95% of the replies) are told apart from its
+    start (planning, the workers' interpreters starting) and end (the last commits, the final reindex, all in
+    the parent), which the whole-study figures include."""
+
+    def __init__(self, server_pid: int, served: Any) -> None:
+        super().__init__(daemon=True)
+        self.server_pid, self.served = server_pid, served
+        self.samples: list[tuple[int, float, dict[str, float]]] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.wait(0.05):
+            own = resource.getrusage(resource.RUSAGE_SELF)
+            with contextlib.suppress(OSError, ValueError):  # a worker that just ended
+                self.samples.append((self.served.value, time.perf_counter(), {
+                    "parent": own.ru_utime + own.ru_stime,
+                    "workers": sum(_ticks(p) for p in _children() if p != self.server_pid),
+                    "server": _ticks(self.server_pid)}))
+
+    def figures(self, before: int, calls: int) -> dict[str, Any]:
+        """Replies per second and CPU ms per reply between the samples at 5% and 95% of the study's replies."""
+        self.stop.set()
+        self.join()
+        inside = [s for s in self.samples if before + 0.05 * calls <= s[0] <= before + 0.95 * calls]
+        (n0, t0, c0), (n1, t1, c1) = inside[0], inside[-1]
+        return {"calls_per_s": round((n1 - n0) / max(t1 - t0, 1e-9), 1),
+                "cpu_ms_per_call": {role: round((c1[role] - c0[role]) * 1000 / max(1, n1 - n0), 2) for role in c0}}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--latency-ms", type=float, default=100.0)
@@ -157,19 +206,23 @@ def main() -> None:
                     study = load_study(study_file(Path(tmp), base_url, inflight, args.runs_per_slot * inflight))
                     before, first.value = served.value, 0.0
                     cpu0 = _cpu(server.pid)
+                    steady = Steady(server.pid, served)
+                    steady.start()
                     t0 = time.perf_counter()
                     result = run_loop(run_study(study, execute=in_workers(workers)))
                     wall = time.perf_counter() - t0
                     calls = served.value - before
                     cpu = {role: (after - cpu0[role]) * 1000 / calls for role, after in _cpu(server.pid).items()}
-                ideal, steady = inflight / (args.latency_ms / 1000), calls / (last.value - first.value)
+                    middle = steady.figures(before, calls)
+                ideal, rate = inflight / (args.latency_ms / 1000), calls / (last.value - first.value)
                 print(json.dumps({
                     "inflight": inflight, "workers": workers, "runs": len(result.runs),
                     "failed": result.statuses.get("failed", 0), "model_calls": calls, "wall_s": round(wall, 2),
-                    "calls_per_s": round(steady, 1), "efficiency": round(steady / ideal, 3),
+                    "calls_per_s": round(rate, 1), "efficiency": round(rate / ideal, 3),
                     "target_calls_per_s": TARGETS.get(inflight), "ideal_calls_per_s": ideal,
                     "calls_per_s_incl_start_and_reindex": round(calls / wall, 1),
                     "cpu_ms_per_call": {role: round(ms, 2) for role, ms in cpu.items()},
+                    "steady_5_to_95pct": middle,
                     "load_avg_1m": round(os.getloadavg()[0], 2),
                 }), flush=True)
     finally:

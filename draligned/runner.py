@@ -193,9 +193,7 @@ async def _run_slot(study: Study, archive: Archive, slot: Slot, attempt: int, mo
     setup = RunSetup(writer=writer, contract=contract, model=model,
                      system_prompt=system_prompt, user_message=user_message, seed=slot.seed,
                      budget=study.spec.budget)
-    sealed = await executor_for(slot.harness)(setup, search.backend_for(slot, writer)).run()
-    await archive.durable()  # its record and every blob it names are on disk before the run counts as ended
-    return sealed
+    return await executor_for(slot.harness)(setup, search.backend_for(slot, writer)).run()
 
 
 def open_study_search(study: Study) -> StudySearch:
@@ -234,21 +232,41 @@ async def run_slots(study: Study, archive: Archive, search: StudySearch, models:
                     take: Take, end: End, concurrency: int, retrying: Retrying | None = None) -> None:
     """Run slots in this process, ``concurrency`` at a time, until ``take`` has no more: each of
     ``concurrency`` lanes takes its next slot when its run ends (a queue, so a slow slot holds up no one),
-    runs it with its own writer and passes its RunOutcome to ``end``. Knows nothing of the cost cap or the
-    lock: whoever supplies ``take`` decides (Dispatch in one process, draligned.workers across processes)."""
+    runs it with its own writer and passes its RunOutcome to ``end`` once its record is durable. A lane does
+    not wait for that to start its next run: the group commit's batch (three ``syncfs`` of the filesystem, up
+    to two batches' wait) would otherwise idle every lane after every run, a third of a 5-call run at
+    L = 100 ms (benchmarks/README.md). A run that ended ``failed`` is reported before the lane's next run
+    starts (the stop-after-connection-failures rule counts it first), and one that finished counts as
+    running (its cost included) until it is reported. Knows nothing of the cost cap or the lock: whoever
+    supplies ``take`` decides (Dispatch in one process, draligned.workers across processes)."""
     running: dict[str, RunRecord] = {}
 
     def live() -> float:
         return sum(r.counters.cost_usd or 0.0 for r in running.values())
 
+    async def report(rec: RunRecord) -> None:
+        await archive.durable()  # its record and every blob it names are on disk before the run counts as ended
+        running.pop(rec.run_id, None)  # its cost counted as running until then
+        await end(RunOutcome.of(rec), live())
+
     async def lane() -> None:
-        while (got := await take(live())) is not None:
-            slot, attempt = got
-            if retrying is not None:
-                RETRY_LISTENER.set(functools.partial(retrying, slot.slot_id))  # this lane's calls only
-            rec = await _run_slot(study, archive, slot, attempt, models[slot.model], search, running)
-            running.pop(rec.run_id, None)
-            await end(RunOutcome.of(rec), live())
+        pending: asyncio.Future[None] | None = None
+        try:
+            while (got := await take(live())) is not None:
+                slot, attempt = got
+                if retrying is not None:
+                    RETRY_LISTENER.set(functools.partial(retrying, slot.slot_id))  # this lane's calls only
+                rec = await _run_slot(study, archive, slot, attempt, models[slot.model], search, running)
+                if pending is not None:
+                    await pending  # the lane's runs are reported in the order they ended
+                pending = asyncio.ensure_future(report(rec))
+                if rec.status not in FINISHED:  # the stop rules count a failed run before the next starts
+                    await pending
+            if pending is not None:
+                await pending
+        finally:
+            if pending is not None and not pending.done():  # cancelled: an unreported run is resumed as ended
+                pending.cancel()
 
     with archive.group_commit():  # this process's archive writes on a writer thread, many files per sync
         await asyncio.gather(*(lane() for _ in range(concurrency)))

@@ -20,7 +20,7 @@ from draligned.archive.tables import record_batches
 from draligned.cli import main
 from draligned.hashing import sha256_bytes, sha256_json
 from draligned.indexing import rebuild, verify
-from draligned.runner import plan_resume
+from draligned.runner import RunProgress, plan_resume, run_study
 from draligned.study import load_study
 from draligned.tools.corpus import load_corpus
 from tests.processes import fork_cli, fork_server
@@ -68,6 +68,26 @@ def test_group_commit_writes_once_and_reports_a_refused_write_at_durable(tmp_pat
         asyncio.run(study_run())
     assert damaged.read_bytes() == b"other bytes"
     assert not list(tmp_path.glob("blobs/*/.tmp-*"))
+
+
+def test_a_durable_wait_given_up_leaves_the_writer_committing(tmp_path):
+    """A run cancelled while it waits for ``durable`` (Ctrl-C) gives its wait up; the writer thread goes on
+    and makes what is queued after it durable (setting the given-up wait used to kill the thread silently)."""
+    a = Archive(tmp_path)
+
+    async def study_run() -> str:
+        with a.group_commit():
+            a.put_blob("first")
+            waiting = asyncio.ensure_future(a.durable())
+            await asyncio.sleep(0)
+            waiting.cancel()
+            later = a.put_blob("queued after the given-up wait")
+            await asyncio.wait_for(a.durable(), 60)  # a guard against a hang (the dead thread), not a timing
+            return later
+
+    sha = asyncio.run(study_run())
+    assert a.blob_path(sha).read_bytes() == b"queued after the given-up wait"
+    assert a.blob_path(sha256_bytes(b"first")).read_bytes() == b"first"
 
 
 @pytest.mark.parametrize("value", [
@@ -235,6 +255,38 @@ def test_interrupted_run_is_rerun_as_new_attempt_and_old_attempt_kept(tmp_path):
     (new,) = records(again)
     assert new.slot_id == slots[0].slot_id and new.attempt == attempts[slots[0].slot_id] + 1
     assert (archive.runs_dir / "rcrashed0000.started.json").exists()
+
+
+def test_a_lane_runs_its_next_slot_while_its_last_run_is_made_durable(tmp_path, monkeypatch):
+    """One lane, two slots: the second run starts while the first waits to be durable (its wait is held until
+    the second's started marker is queued), and each run is still reported only once its record is on disk."""
+    study = write_study(tmp_path, ["career_mobility_en.json"])
+    study.write_text(study.read_text().replace("concurrency = 3", "concurrency = 1"))
+    markers: list[str] = []
+    second_started = asyncio.Event()
+    write_started, durable = Archive.write_started, Archive.durable
+
+    def started(self: Archive, record) -> None:
+        write_started(self, record)
+        markers.append(record.run_id)
+        if len(markers) == 2:
+            second_started.set()
+
+    async def held(self: Archive) -> None:
+        await asyncio.wait_for(second_started.wait(), 60)  # a guard against a hang (a lane waiting), not a timing
+        await durable(self)
+
+    monkeypatch.setattr(Archive, "write_started", started)
+    monkeypatch.setattr(Archive, "durable", held)
+    on_disk: list[bool] = []
+
+    def progress(p: RunProgress) -> None:
+        if p.run is not None:
+            on_disk.append((tmp_path / "archive" / "runs" / f"{p.run.run_id}.json").exists())
+
+    result = asyncio.run(run_study(load_study(study), progress=progress))
+    assert [r.run_id for r in result.runs] == markers and result.statuses["completed"] == 2
+    assert on_disk == [True, True]
 
 
 def hold_after_sealing(said: Connection, seal_at: int) -> None:

@@ -98,7 +98,8 @@ class GroupCommit:
                 for path, _, _ in writes:
                     self.pending.pop(path, None)
             for waiter in batch:
-                if isinstance(waiter, Future):
+                # a waiter given up (its run cancelled) is skipped: setting it would kill this thread
+                if isinstance(waiter, Future) and waiter.set_running_or_notify_cancel():
                     if self._error is not None:
                         waiter.set_exception(self._error)
                     else:
