@@ -249,11 +249,11 @@ def test_interrupted_run_is_rerun_as_new_attempt_and_old_attempt_kept(tmp_path):
         if archive.load_record(p).slot_id == slots[0].slot_id:
             p.rename(p.with_suffix(".bak"))
     (archive.root / "index.duckdb").unlink()  # a crash before sealing: no index ever listed it as ended
-    todo, attempts = plan_resume(archive, slots)
-    assert [s.slot_id for s in todo] == [slots[0].slot_id]
+    plan = plan_resume(archive, slots)
+    assert [s.slot_id for s in plan.todo] == [slots[0].slot_id]
     again = run(study)
     (new,) = records(again)
-    assert new.slot_id == slots[0].slot_id and new.attempt == attempts[slots[0].slot_id] + 1
+    assert new.slot_id == slots[0].slot_id and new.attempt == plan.attempts[slots[0].slot_id] + 1
     assert (archive.runs_dir / "rcrashed0000.started.json").exists()
 
 
