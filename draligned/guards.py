@@ -10,12 +10,11 @@ from pathlib import Path
 
 from draligned.analysis.plan import LoadedPlan, PlanError, load_plan, parse_plan, starter_plan
 from draligned.archive import Archive, ArchiveError
-from draligned.archive.fingerprint import holds, remember
+from draligned.archive.fingerprint import holds, known_intact, remember
 from draligned.archive.verify import record_problems
 from draligned.data import data_dir
 from draligned.evaluator.config import Evaluator, EvaluatorError, load_evaluator
 from draligned.evaluator.storage import ReadStore
-from draligned.indexing import verify_changed
 
 REFUSALS = (ArchiveError, EvaluatorError, PlanError)
 """What a command raises when it refuses its input (the CLI prints ``error: ...`` and exits 2)."""
@@ -44,8 +43,10 @@ def check_intact(archive: Archive, enabled: bool = True, records_only: bool = Fa
     archive verifies (files unchanged since a verify found them intact, at fingerprint ``files`` when the
     caller just took it, are not hashed again); ``records_only`` checks just the run records (what ``run``
     reads: no blob is hashed); ``enabled`` False is the caller's ``--no-verify``."""
-    if not enabled:
-        return
+    if not enabled or (files is not None and known_intact(archive, files)):
+        return  # not asked, or a verify found these very files intact and the index is the one built from them
+    from draligned.indexing import verify_changed  # here: an archive known intact loads no supplier nor DuckDB
+
     problems = record_problems(archive) if records_only else verify_changed(archive, files)
     if problems:
         more = len(problems) - _SHOWN_PROBLEMS

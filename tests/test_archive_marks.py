@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -135,3 +137,21 @@ def test_the_fingerprint_verify_takes_while_it_hashes_is_the_one_a_later_command
     assert holds(archive, indexing.VERIFIED, fingerprint(archive)) is not None
     (archive.root / "blobs" / "zz").mkdir()  # a folder that was not there when it was verified
     assert holds(archive, indexing.VERIFIED, fingerprint(archive)) is None
+
+
+HEAVY = ("duckdb", "numpy", "pyarrow", "matplotlib", "httpx", "draligned.runner", "draligned.indexing",
+         "draligned.evaluator.reading", "draligned.analysis.build")
+"""What does the work of a read or a report (start-up time): a rerun with nothing new loads none of it."""
+
+
+def test_a_read_and_a_report_with_nothing_new_load_nothing_that_does_the_work(small, tmp_path):
+    archive = _copy(small, tmp_path)
+    read = ["read", str(archive.root), "--evaluator", SIM_TOML]
+    report = ["report", str(archive.root), "--out", str(tmp_path / "report")]
+    assert main(read) == 0 and main(report) == 0  # the copy's first ones mark what they found
+    for argv in (read, report):
+        probe = (f"import sys\nfrom draligned.cli import main\ncode = main({argv!r})\n"
+                 f"print(code, [m for m in {HEAVY!r} if m in sys.modules])")
+        done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                              env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=REPO)
+        assert done.stdout.splitlines()[-1] == "0 []", (argv[0], done.stdout, done.stderr)
