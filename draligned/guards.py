@@ -14,7 +14,6 @@ from draligned.archive.fingerprint import holds, known_intact, remember
 from draligned.archive.verify import record_problems
 from draligned.data import data_dir
 from draligned.evaluator.config import Evaluator, EvaluatorError, load_evaluator
-from draligned.evaluator.storage import ReadStore
 
 REFUSALS = (ArchiveError, EvaluatorError, PlanError)
 """What a command raises when it refuses its input (the CLI prints ``error: ...`` and exits 2)."""
@@ -65,6 +64,8 @@ def evaluator_id_of(spec: str) -> str:
 
 def require_reader(archive: Archive, spec: str) -> str:
     """The id of an evaluator (id or TOML file) that has read the archive; ArchiveError naming who has."""
+    from draligned.evaluator.storage import ReadStore  # here: a read of an evaluator's file does not need it
+
     evaluator_id = evaluator_id_of(spec)
     if not ReadStore(archive, evaluator_id).exists():
         known = ", ".join(ReadStore.evaluator_ids(archive)) or "none"
@@ -74,6 +75,8 @@ def require_reader(archive: Archive, spec: str) -> str:
 
 def default_reader(archive: Archive) -> str:
     """The archive's one evaluator, or NO_EVALUATOR; ArchiveError when several have read it."""
+    from draligned.evaluator.storage import ReadStore
+
     known = ReadStore.evaluator_ids(archive)
     if len(known) > 1:
         raise ArchiveError(f"{archive.root} was read by several evaluators ({', '.join(known)}); choose one "
@@ -100,6 +103,8 @@ def evaluator_to_read(archive: Archive, spec: str) -> Evaluator:
     bundled = bundled_evaluators()
     if spec in bundled:
         return load_evaluator(bundled[spec])
+    from draligned.evaluator.storage import ReadStore
+
     known = ", ".join(ReadStore.evaluator_ids(archive)) or "none"
     raise EvaluatorError(f"evaluator {spec!r}: no such TOML file and no bundled evaluator with that id "
                          f"(bundled: {', '.join(bundled) or 'none'}; this archive was read by: {known}); "
