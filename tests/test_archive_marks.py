@@ -16,7 +16,8 @@ import pytest
 from draligned import guards, indexing
 from draligned.analysis import build
 from draligned.archive import Archive, verify
-from draligned.archive.fingerprint import fingerprint, holds
+from draligned.archive import fingerprint as fingerprint_module
+from draligned.archive.fingerprint import _units, fingerprint, holds
 from draligned.cli import main
 from draligned.evaluator import reading
 from draligned.indexing import DERIVED
@@ -155,3 +156,20 @@ def test_a_read_and_a_report_with_nothing_new_load_nothing_that_does_the_work(sm
         done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
                               env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=REPO)
         assert done.stdout.splitlines()[-1] == "0 []", (argv[0], done.stdout, done.stderr)
+
+
+def _doubled(chunk: list[int]) -> list[int]:
+    return [2 * x for x in chunk]
+
+
+def test_items_checked_first_in_workers_come_back_in_their_own_place():
+    items = list(range(50))
+    assert verify.in_parallel(_doubled, items, at_least=1, first=[40, 3]) == [2 * x for x in items]
+    assert verify.in_parallel(_doubled, items, at_least=100, first=[40, 3]) == [2 * x for x in items]  # here
+
+
+def test_the_fingerprint_does_not_depend_on_which_units_go_first(small, tmp_path, monkeypatch):
+    archive = _copy(small, tmp_path)
+    taken = fingerprint(archive)  # the evaluator's folder (a folder of folders) first
+    monkeypatch.setattr(fingerprint_module, "_units", lambda root, chosen: (*_units(root, chosen)[:2], set()))
+    assert fingerprint(archive) == taken
