@@ -14,22 +14,16 @@ from pathlib import Path
 from typing import Literal
 
 from draligned.archive import Archive, ArchiveError
+from draligned.audit import WrittenReport, make_report, read_and_index
 from draligned.cess.archive_runs import CessRun
 from draligned.cess.pairs import PairsReport, pairs_report
 from draligned.data import data_dir
 from draligned.evaluator.config import load_evaluator
-from draligned.evaluator.reading import ReadSummary
 from draligned.evaluator.states import PairCell, pair_cells, state_rows
+from draligned.evaluator.summary import ReadSummary
 from draligned.indexing import verify_changed
 from draligned.runner import RunProgress, StudyResult
-from draligned.workflow import (
-    STUDY_ERRORS,
-    WrittenReport,
-    load_cess_runs,
-    make_report,
-    read_and_index,
-    run_study_file,
-)
+from draligned.workflow import STUDY_ERRORS, load_cess_runs, run_study_file
 
 DEMO_STUDY = data_dir("studies") / "demo.toml"
 """The demo study: every demo card, both arms, the three harnesses, the simulated agent."""

@@ -10,12 +10,10 @@ from pathlib import Path
 
 from draligned.analysis.plan import LoadedPlan, PlanError, load_plan, parse_plan, starter_plan
 from draligned.archive import Archive, ArchiveError
-from draligned.archive.fingerprint import holds, remember
+from draligned.archive.fingerprint import holds, known_intact, remember
 from draligned.archive.verify import record_problems
 from draligned.data import data_dir
 from draligned.evaluator.config import Evaluator, EvaluatorError, load_evaluator
-from draligned.evaluator.storage import ReadStore
-from draligned.indexing import verify_changed
 
 REFUSALS = (ArchiveError, EvaluatorError, PlanError)
 """What a command raises when it refuses its input (the CLI prints ``error: ...`` and exits 2)."""
@@ -44,8 +42,10 @@ def check_intact(archive: Archive, enabled: bool = True, records_only: bool = Fa
     archive verifies (files unchanged since a verify found them intact, at fingerprint ``files`` when the
     caller just took it, are not hashed again); ``records_only`` checks just the run records (what ``run``
     reads: no blob is hashed); ``enabled`` False is the caller's ``--no-verify``."""
-    if not enabled:
-        return
+    if not enabled or (files is not None and known_intact(archive, files)):
+        return  # not asked, or a verify found these very files intact and the index is the one built from them
+    from draligned.indexing import verify_changed  # here: an archive known intact loads no supplier nor DuckDB
+
     problems = record_problems(archive) if records_only else verify_changed(archive, files)
     if problems:
         more = len(problems) - _SHOWN_PROBLEMS
@@ -64,6 +64,8 @@ def evaluator_id_of(spec: str) -> str:
 
 def require_reader(archive: Archive, spec: str) -> str:
     """The id of an evaluator (id or TOML file) that has read the archive; ArchiveError naming who has."""
+    from draligned.evaluator.storage import ReadStore  # here: a read of an evaluator's file does not need it
+
     evaluator_id = evaluator_id_of(spec)
     if not ReadStore(archive, evaluator_id).exists():
         known = ", ".join(ReadStore.evaluator_ids(archive)) or "none"
@@ -73,6 +75,8 @@ def require_reader(archive: Archive, spec: str) -> str:
 
 def default_reader(archive: Archive) -> str:
     """The archive's one evaluator, or NO_EVALUATOR; ArchiveError when several have read it."""
+    from draligned.evaluator.storage import ReadStore
+
     known = ReadStore.evaluator_ids(archive)
     if len(known) > 1:
         raise ArchiveError(f"{archive.root} was read by several evaluators ({', '.join(known)}); choose one "
@@ -99,6 +103,8 @@ def evaluator_to_read(archive: Archive, spec: str) -> Evaluator:
     bundled = bundled_evaluators()
     if spec in bundled:
         return load_evaluator(bundled[spec])
+    from draligned.evaluator.storage import ReadStore
+
     known = ", ".join(ReadStore.evaluator_ids(archive)) or "none"
     raise EvaluatorError(f"evaluator {spec!r}: no such TOML file and no bundled evaluator with that id "
                          f"(bundled: {', '.join(bundled) or 'none'}; this archive was read by: {known}); "

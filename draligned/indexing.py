@@ -17,7 +17,17 @@ from pathlib import Path
 
 import duckdb
 
-from draligned.archive.fingerprint import file_stamp, fingerprint, holds, remember, unit_digests
+from draligned.archive.fingerprint import (
+    INDEXED,
+    VERIFIED,
+    file_stamp,
+    fingerprint,
+    holds,
+    index_built_from,
+    known_intact,
+    remember,
+    unit_digests,
+)
 from draligned.archive.index import connect as _open_index
 from draligned.archive.index import index_path, rebuild_index
 from draligned.archive.runs import RUN_TABLES
@@ -31,10 +41,6 @@ from draligned.evaluator.review import REVIEW_FILES
 DERIVED: tuple[ArchiveTables, ...] = (RUN_TABLES, CESS_TABLES, EVALUATOR_TABLES, REVIEW_FILES)
 """Every supplier, in the order their tables are created and filled."""
 
-VERIFIED, INDEXED = "verified", "indexed"
-"""The marks of a clean verify and of an index build."""
-
-
 def rebuild(archive: Archive, files: str | None = None) -> Path:
     """Rebuild ``index.duckdb`` with every supplier's tables and mark it as built from the files at their
     fingerprint before the build (``files``, when the caller just took it); returns its path."""
@@ -47,17 +53,9 @@ def rebuild(archive: Archive, files: str | None = None) -> Path:
 def refresh(archive: Archive, files: str | None = None) -> Path:
     """The index, rebuilt unless it was built from the files as they are now (fingerprint ``files``)."""
     files = files or fingerprint(archive)
-    path = index_path(archive)
-    if holds(archive, INDEXED, files, index=file_stamp(path)) is None:
+    if not index_built_from(archive, files):
         rebuild(archive, files)
-    return path
-
-
-def index_state(archive: Archive, files: str) -> str | None:
-    """What the index holds: "built from the files" when this code built it from the files at fingerprint
-    ``files``, otherwise its file stamp (None when there is none): an index written to since is told apart."""
-    stamp = file_stamp(index_path(archive))
-    return "built from the files" if holds(archive, INDEXED, files, index=stamp) is not None else stamp
+    return index_path(archive)
 
 
 def verify(archive: Archive, files: str | None = None) -> list[str]:
@@ -87,11 +85,14 @@ def _is_blob_folder(archive: Archive, unit: str) -> bool:
 
 def verify_changed(archive: Archive, files: str | None = None) -> list[str]:
     """What :func:`verify` finds, without rehashing files that are unchanged since a verify found them
-    intact (fingerprint ``files``): then only the run records the index lists and the disk lost are checked
-    (the index may have changed since). ``archive verify`` always rehashes everything."""
+    intact (fingerprint ``files``): then only the run records the index lists and the disk lost are checked,
+    unless the index is the one built from those files (another may list other runs). ``archive verify``
+    always rehashes everything."""
     if not archive.root.is_dir():
         return verify(archive)
     files = files or fingerprint(archive)
+    if known_intact(archive, files):
+        return []
     if holds(archive, VERIFIED, files) is not None:
         return missing_records(archive)
     return verify(archive, files)

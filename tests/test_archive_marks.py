@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,7 +17,7 @@ from draligned import guards, indexing
 from draligned.analysis import build
 from draligned.archive import Archive, verify
 from draligned.archive import fingerprint as fingerprint_module
-from draligned.archive.fingerprint import fingerprint, holds
+from draligned.archive.fingerprint import _units, fingerprint, holds
 from draligned.cli import main
 from draligned.evaluator import reading
 from draligned.indexing import DERIVED
@@ -128,9 +130,9 @@ def test_a_fingerprint_taken_in_worker_processes_is_the_one_taken_in_one(small, 
 
 def _counted(in_chunks, spawned: list[bool]):
     """``in_chunks`` noting whether each call hands its items to worker processes."""
-    def counting(check, items, at_least=verify.PARALLEL_FROM):
+    def counting(check, items, at_least=verify.PARALLEL_FROM, alone=0):
         spawned.append(len(items) >= at_least)
-        return in_chunks(check, items, at_least)
+        return in_chunks(check, items, at_least, alone)
     return counting
 
 
@@ -152,3 +154,38 @@ def test_the_fingerprint_verify_takes_while_it_hashes_is_the_one_a_later_command
     assert holds(archive, indexing.VERIFIED, fingerprint(archive)) is not None
     (archive.root / "blobs" / "zz").mkdir()  # a folder that was not there when it was verified
     assert holds(archive, indexing.VERIFIED, fingerprint(archive)) is None
+
+
+HEAVY = ("duckdb", "numpy", "pyarrow", "matplotlib", "httpx", "draligned.runner", "draligned.indexing",
+         "draligned.evaluator.reading", "draligned.analysis.build")
+"""What does the work of a read or a report (start-up time): a rerun with nothing new loads none of it."""
+
+
+def test_a_read_and_a_report_with_nothing_new_load_nothing_that_does_the_work(small, tmp_path):
+    archive = _copy(small, tmp_path)
+    read = ["read", str(archive.root), "--evaluator", SIM_TOML]
+    report = ["report", str(archive.root), "--out", str(tmp_path / "report")]
+    assert main(read) == 0 and main(report) == 0  # the copy's first ones mark what they found
+    for argv in (read, report):
+        probe = (f"import sys\nfrom draligned.cli import main\ncode = main({argv!r})\n"
+                 f"print(code, [m for m in {HEAVY!r} if m in sys.modules])")
+        done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                              env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=REPO)
+        assert done.stdout.splitlines()[-1] == "0 []", (argv[0], done.stdout, done.stderr)
+
+
+def _doubled(chunk: list[int]) -> list[int]:
+    return [2 * x for x in chunk]
+
+
+def test_items_checked_first_in_workers_come_back_in_their_own_place():
+    items = list(range(50))
+    assert verify.in_parallel(_doubled, items, at_least=1, first=[40, 3]) == [2 * x for x in items]
+    assert verify.in_parallel(_doubled, items, at_least=100, first=[40, 3]) == [2 * x for x in items]  # here
+
+
+def test_the_fingerprint_does_not_depend_on_which_units_go_first(small, tmp_path, monkeypatch):
+    archive = _copy(small, tmp_path)
+    taken = fingerprint(archive)  # the evaluator's folder (a folder of folders) first
+    monkeypatch.setattr(fingerprint_module, "_units", lambda root, chosen: (*_units(root, chosen)[:2], set()))
+    assert fingerprint(archive) == taken

@@ -27,6 +27,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (  # bottom first: (layer, its
       "draligned.cess.pairs", "draligned.construction")),
     ("demo · report · runner",
      ("draligned.indexing", "draligned.guards", "draligned.runner", "draligned.workers", "draligned.workflow",
+      "draligned.audit",
       "draligned.archive_summary", "draligned.demo", "draligned.shards", "draligned.distributed")),
     ("cli", ("draligned.cli",)),
 )

@@ -9,6 +9,7 @@ import re
 import pytest
 
 from draligned.archive import Archive
+from draligned.audit import make_report, read_and_index
 from draligned.cards import Card
 from draligned.cli import main
 from draligned.evaluator.config import load_evaluator
@@ -16,7 +17,7 @@ from draligned.evaluator.storage import ReadStore
 from draligned.indexing import verify
 from draligned.records import FetchAttemptEvent
 from draligned.study import StudyError, load_study
-from draligned.workflow import make_report, read_and_index, run_study_file
+from draligned.workflow import run_study_file
 from tests.harness_helpers import needs_bwrap
 from tests.study_helpers import REPO, run, write_study
 from tests.web_helpers import KEY_ENV, returns, search_table, tool_events, web_study

@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import Field, ValidationError
 
-from draligned.cess.metrics import BOOTSTRAP_SEED
+from draligned.cess import BOOTSTRAP_SEED
 from draligned.hashing import sha256_bytes
 from draligned.records import Record
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import duckdb
 
+from draligned.archive.fingerprint import INDEX
 from draligned.archive.store import Archive, ArchiveError, remove_stale_temp_files
 from draligned.archive.tables import ArchiveTables, record_batches
 
@@ -57,7 +58,7 @@ def require_archive(archive: Archive) -> None:
 
 def index_path(archive: Archive) -> Path:
     """Where the index of an archive lives."""
-    return archive.root / "index.duckdb"
+    return archive.root / INDEX
 
 
 INDEX_LOCK = ".index.lock"

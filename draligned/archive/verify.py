@@ -19,7 +19,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
-import duckdb
 import orjson
 from pydantic import ValidationError
 
@@ -191,22 +190,30 @@ def leftover(path: str) -> str:
             f"'draligned archive reindex')")
 
 
-def in_parallel(check: Callable[[list[Item]], list[T]], items: list[Item], at_least: float = PARALLEL_FROM
-                ) -> list[T]:
+def in_parallel(check: Callable[[list[Item]], list[T]], items: list[Item], at_least: float = PARALLEL_FROM,
+                first: Sequence[int] = ()) -> list[T]:
     """``check`` over ``items`` in chunks, in one forked worker process per core when there are ``at_least``
-    items (fewer are checked here: starting workers would cost more); results in order."""
-    return [found for part in in_chunks(check, items, at_least) for found in part]
+    items (fewer are checked here: starting workers would cost more); results in order. The items at the
+    indexes ``first`` (the ones known to be large) are checked first, each in a chunk of its own: a worker
+    starts on each while the others share the rest, and none is left alone with one at the end."""
+    alone = set(first)
+    order = [*first, *(i for i in range(len(items)) if i not in alone)]
+    found = [f for part in in_chunks(check, [items[i] for i in order], at_least, len(first)) for f in part]
+    by_index = dict(zip(order, found, strict=True))  # one result per item
+    return [by_index[i] for i in range(len(items))]
 
 
-def in_chunks(check: Callable[[list[Item]], R], items: list[Item], at_least: float = PARALLEL_FROM) -> Iterator[R]:
+def in_chunks(check: Callable[[list[Item]], R], items: list[Item], at_least: float = PARALLEL_FROM,
+              alone: int = 0) -> Iterator[R]:
     """What :func:`in_parallel` finds, chunk by chunk as the chunks are checked (a caller that reduces each
-    chunk's results holds one chunk's, not all of them). In the pool of :func:`shared_workers` the chunks
-    are handed over at once (their results are taken in order as they come), else to a pool of its own."""
+    chunk's results holds one chunk's, not all of them); in workers, each of the first ``alone`` items is a
+    chunk of its own. In the pool of :func:`shared_workers` the chunks are handed over at once (their results
+    are taken in order as they come), else to a pool of its own."""
     workers = min(os.cpu_count() or 1, 8)
     if workers < 2 or len(items) < at_least:
         return (check(items[start:start + CHUNK]) for start in range(0, len(items), CHUNK))
-    size = -(-len(items) // (workers * 4))
-    chunks = [items[i:i + size] for i in range(0, len(items), size)]
+    size = -(-(len(items) - alone) // (workers * 4)) or 1
+    chunks = [items[i:i + 1] for i in range(alone)] + [items[i:i + size] for i in range(alone, len(items), size)]
     if _POOL:
         return _POOL[-1].map(check, chunks)
     return _own_pool(check, chunks, workers)
@@ -324,6 +331,8 @@ def missing_records(archive: Archive) -> list[str]:
                 for r in sorted(sealed - started)]
     index = archive.root / "index.duckdb"
     if index.exists():
+        import duckdb  # here: the commands whose marks say the archive is intact never load DuckDB
+
         try:
             with duckdb.connect(str(index), read_only=True) as con:
                 ended = con.execute("SELECT run_id, status FROM runs WHERE status <> 'started'").fetchall()

@@ -26,3 +26,7 @@ One concept per module:
 - ``archive_runs`` archived pool-search runs as trajectories and their estimates (``cess_runs``)
 - ``pairs``       P/Q pair contrasts and the 2×2 selection × stopping effects of archived runs
 """
+
+BOOTSTRAP_SEED = 2026092207
+"""Bootstrap seed of the paper's ten-round analysis (appendix F); here, not in ``metrics``, so that an analysis
+plan names it without loading numpy."""

@@ -26,10 +26,10 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
+from draligned.cess import BOOTSTRAP_SEED
 from draligned.cess.batch import TrajectoryBatch
 from draligned.cess.bench_tables import EvaluationTables, evaluate
 from draligned.cess.calibration import STOP_RULES, Calibration, calibrate, settings_at
-from draligned.cess.metrics import BOOTSTRAP_SEED
 from draligned.cess.outcome import ConstantModel, CrossFit, cross_fit_ridge
 from draligned.cess.perspectrum import (
     PerspectrumClaim,

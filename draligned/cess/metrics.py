@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-BOOTSTRAP_SEED = 2026092207
-"""Bootstrap seed of the paper's ten-round analysis (appendix F)."""
+from draligned.cess import BOOTSTRAP_SEED
+
 DIRECTION_THRESHOLD = 0.05
 """Estimates above +0.05 are positive, below −0.05 negative, otherwise neutral."""
 

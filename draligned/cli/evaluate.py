@@ -6,25 +6,21 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from rich.console import Console
-from rich.table import Table
-
-from draligned.archive.store import Archive
+from draligned.audit import read_and_index
 from draligned.cli import EVALUATOR_HELP, NO_VERIFY_HELP, add_command
-from draligned.evaluator.aggregate import STATES
-from draligned.evaluator.agreement import between_evaluators, between_reads
-from draligned.evaluator.batching import POLL_S
 from draligned.evaluator.config import EvaluatorError
-from draligned.evaluator.evidence import pair_chain
-from draligned.evaluator.packets import Phase
-from draligned.evaluator.review import export_sheet, import_answers
-from draligned.evaluator.states import PairCell, document_order, pair_cells, pair_matrix, state_rows
-from draligned.evaluator.storage import ReadStore
+from draligned.evaluator.summary import POLL_S
 from draligned.guards import evaluator_to_read, open_archive, require_reader
 from draligned.models import ModelError
-from draligned.workflow import batch_status, cancel_batch_jobs, read_and_index
+
+if TYPE_CHECKING:  # the other commands' modules are imported by their handlers: a read loads none of them
+    from rich.console import Console
+
+    from draligned.archive.store import Archive
+    from draligned.evaluator.packets import Phase
+    from draligned.evaluator.states import PairCell
 
 _PHASE_ALIASES: dict[str, Phase] = {"requests": "requests", "drafts": "draft", "draft": "draft", "final": "final"}
 
@@ -81,40 +77,54 @@ def parse_phases(text: str) -> list[Phase]:
     return [_PHASE_ALIASES[p] for p in phases]
 
 
+def _stderr() -> Console:
+    """The console for messages on stderr (rich is loaded only when there is one to print)."""
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
 def cmd_read(args: argparse.Namespace) -> int:
-    console = Console(stderr=True)
     if (args.status or args.cancel) and not args.batch:
-        console.print("[red]error:[/red] --status and --cancel go with --batch")
+        _stderr().print("[red]error:[/red] --status and --cancel go with --batch")
         return 2
     phases = tuple(parse_phases(args.phase))
     archive = open_archive(args.archive)
     try:
         evaluator = evaluator_to_read(archive, args.evaluator)
         if args.status or args.cancel:
+            from draligned.workflow import batch_status, cancel_batch_jobs
+
             shown = (batch_status(archive, evaluator) if args.status else cancel_batch_jobs(archive, evaluator))
             for item in shown:
                 print(json.dumps(item.model_dump(mode="json")))
             return 0
         summary = read_and_index(archive, evaluator, phases, verify=not args.no_verify, batch=args.batch,
-                                 poll_s=args.poll_s, seen=lambda s: console.print(
+                                 poll_s=args.poll_s, seen=lambda s: _stderr().print(
                                      f"batch {s.batch_id}: {s.status} {json.dumps(s.counts)}"))
     except ModelError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        console.print("interrupted: submitted batch jobs are recorded in the archive; the same command resumes "
+        _stderr().print("interrupted: submitted batch jobs are recorded in the archive; the same command resumes "
                       "polling them (reads made so far are kept)")
         return 130
     print(json.dumps(summary.model_dump(mode="json")))
     for err in summary.model_errors:
-        console.print(f"[yellow]unread (model error):[/yellow] {err}")
+        _stderr().print(f"[yellow]unread (model error):[/yellow] {err}")
     for err in summary.lines_failed:
-        console.print(f"[yellow]unread (batch line):[/yellow] {err}")
+        _stderr().print(f"[yellow]unread (batch line):[/yellow] {err}")
     return 1 if summary.model_errors or summary.lines_failed else 0
 
 
 def print_pair_matrix(cells: list[PairCell], document: str = "final", title: str | None = None) -> None:
     """Arm A (rows) × arm B (columns) counts of states for one document role."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from draligned.evaluator.aggregate import STATES
+    from draligned.evaluator.states import pair_matrix
+
     counts = pair_matrix(cells, document)
     used = [s for s in STATES if any(s in k for k in counts)]
     table = Table(title=title or f"{document} states")
@@ -127,6 +137,8 @@ def print_pair_matrix(cells: list[PairCell], document: str = "final", title: str
 
 
 def cmd_states(args: argparse.Namespace) -> int:
+    from draligned.evaluator.states import document_order, pair_cells, state_rows
+
     if args.pairs and not args.json:
         print("error: --pairs changes the --json output (one object per pair); give both, or neither for "
               "the pair matrices", file=sys.stderr)
@@ -156,6 +168,8 @@ def cmd_states(args: argparse.Namespace) -> int:
 
 
 def print_pair_chain(archive: Archive, evaluator_id: str, pair: str, as_json: bool) -> int:
+    from draligned.evaluator.evidence import pair_chain
+
     try:
         chain = pair_chain(archive, evaluator_id, pair)
     except KeyError as exc:
@@ -176,6 +190,10 @@ def print_pair_chain(archive: Archive, evaluator_id: str, pair: str, as_json: bo
 
 
 def cmd_agreement(args: argparse.Namespace) -> int:
+    from draligned.evaluator.agreement import between_evaluators, between_reads
+    from draligned.evaluator.states import state_rows
+    from draligned.evaluator.storage import ReadStore
+
     archive = open_archive(args.archive)
     ids = [require_reader(archive, x.strip()) for x in args.evaluators.split(",") if x.strip()]
     if len(ids) == 1:
@@ -196,6 +214,9 @@ def cmd_agreement(args: argparse.Namespace) -> int:
 
 
 def cmd_review_export(args: argparse.Namespace) -> int:
+    from draligned.evaluator.review import export_sheet
+    from draligned.evaluator.states import state_rows
+
     archive = open_archive(args.archive)
     evaluator_id = require_reader(archive, args.evaluator)
     out = Path(args.out)
@@ -207,6 +228,8 @@ def cmd_review_export(args: argparse.Namespace) -> int:
 
 
 def cmd_review_import(args: argparse.Namespace) -> int:
+    from draligned.evaluator.review import import_answers
+
     texts = [Path(p).read_text(encoding="utf-8") for p in args.answers]
     try:
         archive = open_archive(args.archive)

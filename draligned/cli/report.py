@@ -6,9 +6,9 @@ import argparse
 import sys
 
 from draligned.analysis.plan import starter_plan
+from draligned.audit import make_report
 from draligned.cli import EVALUATOR_HELP, NO_VERIFY_HELP, add_command
 from draligned.guards import archive_studies, open_archive
-from draligned.workflow import make_report
 
 
 def register(sub: argparse._SubParsersAction) -> None:

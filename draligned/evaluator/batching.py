@@ -21,21 +21,12 @@ from collections.abc import Callable, Iterable
 from draligned.archive.store import Archive
 from draligned.evaluator.config import Evaluator
 from draligned.evaluator.packets import Manifest, Phase
-from draligned.evaluator.reading import (
-    EVALUATOR_PROTOCOLS,
-    PHASES,
-    ReadSummary,
-    packet_messages,
-    pending_reads,
-    read_record,
-)
+from draligned.evaluator.reading import EVALUATOR_PROTOCOLS, packet_messages, pending_reads, read_record
 from draligned.evaluator.storage import BatchClosed, BatchRecord, ReadRecord, ReadStore
+from draligned.evaluator.summary import PHASES, POLL_S, ReadSummary
 from draligned.models.base import ModelAPI, ModelError, get_model
 from draligned.models.batch import BatchAPI, BatchLine, BatchStatus, LineResult, batch_api, chunks, poll
 from draligned.records import Record, Usage
-
-#: Seconds between polls of a running job (``read --batch --poll-s``).
-POLL_S = 30.0
 
 
 class BatchView(Record):

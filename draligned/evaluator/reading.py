@@ -29,47 +29,13 @@ from draligned.evaluator.packets import (
     request_units,
 )
 from draligned.evaluator.storage import ReadRecord, ReadStore
+from draligned.evaluator.summary import PHASES, ReadSummary
 from draligned.models.base import PROTOCOLS, ModelAPI, get_model
-from draligned.records import Message, ModelReply, Record, RunRecord
-
-PHASES: tuple[Phase, ...] = ("requests", "draft", "final")
+from draligned.records import Message, ModelReply, RunRecord
 
 EVALUATOR_PROTOCOLS: dict[str, str] = {**PROTOCOLS, "sim-evaluator": "draligned.evaluator.sim:SimEvaluator"}
 """Protocols an evaluator file may declare: the agent models' and the evaluator's offline simulator
 (registered here, where the evaluator lives, so a study cannot declare it; imported only when used)."""
-
-
-class ReadSummary(Record):
-    """What one ``draligned read`` did."""
-
-    packets: int = 0
-    """Packets built (two per unit; identical prompts of different runs count once per run)."""
-    blocked: int = 0
-    """Packets not sent because they would leak (fail closed)."""
-    already_read: int = 0
-    """Packets skipped because this evaluator had read them before."""
-    read_ok: int = 0
-    """Distinct packets read now and ingested."""
-    read_failed: int = 0
-    """Packets read now whose response failed ingest (READ_FAILED)."""
-    model_errors: list[str] = []
-    """Packets left unread because the model call raised (tried again next time), and batch jobs that
-    failed validation (their lines are submitted again next time)."""
-    lines_failed: list[str] = []
-    """Batch lines that errored, expired or were canceled: kept as READ_FAILED, read again next time."""
-    in_batch: int = 0
-    """Packets not read synchronously because an open batch job holds them (``read --batch`` ingests them)."""
-    batches_submitted: list[str] = []
-    """Batch jobs this call submitted (``--batch``)."""
-    batches_resumed: list[str] = []
-    """Batch jobs an earlier call submitted that this call polled and ingested (``--batch``)."""
-
-    def count(self, record: ReadRecord) -> None:
-        """Count a read made now."""
-        if record.status == "OK":
-            self.read_ok += 1
-        else:
-            self.read_failed += 1
 
 
 def pair_key(record: RunRecord) -> tuple:
