@@ -265,6 +265,13 @@ async def run_slots(study: Study, archive: Archive, search: StudySearch, models:
 
     async def lane() -> None:
         pending: asyncio.Future[None] | None = None
+        me = asyncio.current_task()
+
+        def stop_if_failed(done: asyncio.Future[None]) -> None:
+            """A durable wait that failed (a refused write) stops the lane's run in progress at once."""
+            if me is not None and not done.cancelled() and done.exception() is not None:
+                me.cancel()
+
         try:
             while (got := await take(live())) is not None:
                 slot, attempt = got
@@ -274,10 +281,17 @@ async def run_slots(study: Study, archive: Archive, search: StudySearch, models:
                 if pending is not None:
                     await pending  # the lane's runs are reported in the order they ended
                 pending = asyncio.ensure_future(report(rec))
+                pending.add_done_callback(stop_if_failed)
                 if rec.status not in FINISHED:  # the stop rules count a failed run before the next starts
                     await pending
             if pending is not None:
                 await pending
+        except asyncio.CancelledError:
+            failure = pending.exception() if pending is not None and pending.done() and not pending.cancelled() \
+                else None
+            if failure is not None:
+                raise failure from None  # the failure, not the cancel it caused
+            raise
         finally:
             if pending is not None and not pending.done():  # cancelled: an unreported run is resumed as ended
                 pending.cancel()

@@ -289,6 +289,33 @@ def test_a_lane_runs_its_next_slot_while_its_last_run_is_made_durable(tmp_path, 
     assert on_disk == [True, True]
 
 
+def test_a_refused_durable_wait_stops_the_run_in_progress_and_is_the_error_raised(tmp_path, monkeypatch):
+    """One lane: the first run's durable wait fails while the second run is under way; the second run stops
+    there (no record of it is sealed) and the study raises the archive's error, not a cancellation."""
+    study = write_study(tmp_path, ["career_mobility_en.json"])
+    study.write_text(study.read_text().replace("concurrency = 3", "concurrency = 1"))
+    markers: list[str] = []
+    second_started = asyncio.Event()
+    write_started = Archive.write_started
+
+    def started(self: Archive, record) -> None:
+        write_started(self, record)
+        markers.append(record.run_id)
+        if len(markers) == 2:
+            second_started.set()
+
+    async def refused(self: Archive) -> None:
+        await asyncio.wait_for(second_started.wait(), 60)  # a guard against a hang, not a timing
+        raise ArchiveError("a write was refused")
+
+    monkeypatch.setattr(Archive, "write_started", started)
+    monkeypatch.setattr(Archive, "durable", refused)
+    with pytest.raises(ArchiveError, match="a write was refused"):
+        asyncio.run(run_study(load_study(study)))
+    archive = Archive(tmp_path / "archive")
+    assert len(archive.started_paths()) == 2 and len(archive.record_paths()) == 1
+
+
 def hold_after_sealing(said: Connection, seal_at: int) -> None:
     """In a ``draligned run`` child: stand still (event loop blocked, nothing more written) once ``seal_at``
     run records are durable (a run counts as ended only then: the group-commit writer thread made them so)
