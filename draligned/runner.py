@@ -376,8 +376,8 @@ class Dispatch:
 
 
 Execute = Callable[[Study, StudySearch, dict[str, ModelAPI], Dispatch], Awaitable[None]]
-"""Runs the slots ``Dispatch`` hands out: in this process (``in_process``) or in worker processes
-(draligned.workers)."""
+"""Runs the slots ``Dispatch`` hands out: in this process (``in_process``), in worker processes
+(draligned.workers) or as Ray tasks (draligned.distributed.ray_run.in_ray)."""
 
 
 async def in_process(study: Study, search: StudySearch, models: dict[str, ModelAPI], dispatch: Dispatch) -> None:

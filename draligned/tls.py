@@ -19,12 +19,25 @@ def tls_context(trust_env: bool = True) -> ssl.SSLContext:
     a new context is built)."""
     if not trust_env:
         return _context(None, None, trust_env=False)
-    return _context(os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"), trust_env=True)
+    cert_file, cert_dir = os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR")
+    return _context(_stamped(cert_file), _stamped(cert_dir), trust_env=True)
+
+
+def _stamped(path: str | None) -> str | None:
+    """``path`` with its inode and mtime: a bundle rotated in place (the same name) gets a new context."""
+    if path is None:
+        return None
+    try:
+        st = os.stat(path)
+    except OSError:
+        return path  # httpx reports what is wrong with it
+    return f"{path}:{st.st_ino}:{st.st_mtime_ns}"
 
 
 @cache
 def _context(cert_file: str | None, cert_dir: str | None, trust_env: bool) -> ssl.SSLContext:
-    """The context for these variables' values (the cache key; httpx reads them itself)."""
+    """The context for these variables' values and their files' stamps (the cache key; httpx reads the
+    variables itself)."""
     import httpx
 
     return httpx.create_ssl_context(trust_env=trust_env)

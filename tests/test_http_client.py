@@ -121,3 +121,8 @@ def test_every_client_shares_one_tls_context_per_ca_bundle(monkeypatch, tmp_path
     monkeypatch.setenv("SSL_CERT_FILE", str(bundle))  # another CA bundle: a context of its own
     assert tls_context() is not shared and tls_context() is tls_context()
     assert tls_context(trust_env=False) is not tls_context()  # the page reader ignores the variables
+    named = tls_context()
+    rotated = tmp_path / "rotated.pem"
+    rotated.write_bytes(bundle.read_bytes())
+    rotated.replace(bundle)  # the bundle rotated in place: the same name, a new file
+    assert tls_context() is not named and tls_context() is tls_context()
