@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import io
 import os
+import threading
 from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
@@ -310,6 +311,12 @@ def _exact_range(path: Path, start: int, end: int) -> Exact:
     return chunk.ids, chunk.tasks, chunk.lines, arrays, error is not None
 
 
+def forkable() -> bool:
+    """Whether this process may fork its exact-path workers: only with no other thread (``cess estimate``);
+    a caller with threads of its own (a server, loopback threads) has the exact path run in this process."""
+    return threading.active_count() == 1
+
+
 class _ExactWorkers:
     """Worker processes for the ranges pyarrow cannot decide. They are forked at once, before any thread
     starts (a fork copies other threads' locks in an unknown state; spawned workers would import the
@@ -333,15 +340,15 @@ def load_columns(path: str | Path, workers: int | None = None) -> TrajectoryColu
     Ranges of about CHUNK_BYTES are decoded in ``workers`` threads (default: one per core) by
     pyarrow's path (:mod:`draligned.cess.arrowjson`). A range it cannot decide (escapes, blank lines,
     a line that breaks or nears a rule) is checked line by line by the exact path, in ``workers``
-    processes when the file has several ranges; results are added in file order, and a range with an
-    invalid line is checked again here, numbered from its real first line, so the error is the one a
-    single pass of :func:`~draligned.cess.trajectory.load_trajectories` raises.
+    processes when the file has several ranges and this process has no other thread; results are added in
+    file order, and a range with an invalid line is checked again here, numbered from its real first line,
+    so the error is the one a single pass of :func:`~draligned.cess.trajectory.load_trajectories` raises.
     """
     path = Path(path)
     builder, seen, line = ColumnBuilder(), set[str](), 1
     ranges = _ranges(path)
     workers = workers or os.cpu_count() or 1
-    exact = _ExactWorkers(workers) if workers > 1 and len(ranges) > 1 else None
+    exact = _ExactWorkers(workers) if workers > 1 and len(ranges) > 1 and forkable() else None
     pending: deque[tuple[int, int, int, int, Decoded | Future[Exact] | None]] = deque()
 
     def raise_duplicate(ids: list[str], lines: Iterable[int]) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import random
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -277,12 +278,25 @@ def test_ranges_pyarrow_cannot_decide_are_checked_in_worker_processes(
         sent.append((start, end))
         return submit(self, path, start, end)
     monkeypatch.setattr(fastload._ExactWorkers, "submit", spy)
+    forkable = fastload.forkable
+    monkeypatch.setattr(fastload, "forkable", lambda: True)  # whatever threads the test run has left
     parallel = load_columns(varied, workers=2)
     assert sent == fastload._ranges(varied) and len(sent) > 5  # every range, none of them checked here
     single = load_columns(varied, workers=1)
     assert len(sent) == len(fastload._ranges(varied)) and parallel.trajectory_id == single.trajectory_id  # one: here
     for name in COLUMN_FIELDS:
         np.testing.assert_array_equal(getattr(parallel, name), getattr(single, name), err_msg=name)
+    monkeypatch.setattr(fastload, "forkable", forkable)
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()  # a caller with a thread of its own: nothing is forked, the exact path runs here
+    try:
+        assert not fastload.forkable()
+        here = load_columns(varied, workers=2)
+    finally:
+        stop.set()
+        other.join()
+    assert len(sent) == len(fastload._ranges(varied)) and here.trajectory_id == single.trajectory_id
 
 
 COLUMN_FIELDS = ("budget", "doc_start", "doc_m", "doc_y", "first_support", "round_start", "chosen", "y", "p", "stop",
