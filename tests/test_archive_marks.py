@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -112,7 +113,17 @@ def test_verify_in_worker_processes_finds_what_one_process_finds(small, tmp_path
     alone = verify.verify_archive(archive, DERIVED)
     monkeypatch.setattr(verify, "PARALLEL_FROM", 1)
     monkeypatch.setattr(verify, "BLOBS_PARALLEL_FROM", 1)
+    pooled: list[bool] = []
+    shared_workers = verify.shared_workers
+
+    @contextmanager
+    def noting(wanted: bool = True):
+        with shared_workers(wanted):
+            pooled.append(bool(verify._POOL))  # the workers really were forked for this verify
+            yield
+    monkeypatch.setattr(verify, "shared_workers", noting)
     assert verify.verify_archive(archive, DERIVED) == alone
+    assert pooled == [(os.cpu_count() or 1) > 1]
     assert any(str(flipped) in p for p in alone) and any(str(manifest) in p for p in alone)
     assert any("unreadable run record" in p for p in alone)
 
