@@ -257,14 +257,14 @@ def test_interrupted_run_is_rerun_as_new_attempt_and_old_attempt_kept(tmp_path):
     assert (archive.runs_dir / "rcrashed0000.started.json").exists()
 
 
-def test_a_lane_runs_its_next_slot_while_its_last_run_is_made_durable(tmp_path, monkeypatch):
-    """One lane, two slots: the second run starts while the first waits to be durable (its wait is held until
-    the second's started marker is queued), and each run is still reported only once its record is on disk."""
+def _one_lane_noting_starts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, list[str], asyncio.Event]:
+    """A one-card study run by a single lane, with every started run's id noted in order and an event set
+    when the second run's started marker is queued."""
     study = write_study(tmp_path, ["career_mobility_en.json"])
     study.write_text(study.read_text().replace("concurrency = 3", "concurrency = 1"))
     markers: list[str] = []
     second_started = asyncio.Event()
-    write_started, durable = Archive.write_started, Archive.durable
+    write_started = Archive.write_started
 
     def started(self: Archive, record) -> None:
         write_started(self, record)
@@ -272,11 +272,20 @@ def test_a_lane_runs_its_next_slot_while_its_last_run_is_made_durable(tmp_path, 
         if len(markers) == 2:
             second_started.set()
 
+    monkeypatch.setattr(Archive, "write_started", started)
+    return study, markers, second_started
+
+
+def test_a_lane_runs_its_next_slot_while_its_last_run_is_made_durable(tmp_path, monkeypatch):
+    """One lane, two slots: the second run starts while the first waits to be durable (its wait is held until
+    the second's started marker is queued), and each run is still reported only once its record is on disk."""
+    study, markers, second_started = _one_lane_noting_starts(tmp_path, monkeypatch)
+    durable = Archive.durable
+
     async def held(self: Archive) -> None:
         await asyncio.wait_for(second_started.wait(), 60)  # a guard against a hang (a lane waiting), not a timing
         await durable(self)
 
-    monkeypatch.setattr(Archive, "write_started", started)
     monkeypatch.setattr(Archive, "durable", held)
     on_disk: list[bool] = []
 
@@ -292,23 +301,12 @@ def test_a_lane_runs_its_next_slot_while_its_last_run_is_made_durable(tmp_path, 
 def test_a_refused_durable_wait_stops_the_run_in_progress_and_is_the_error_raised(tmp_path, monkeypatch):
     """One lane: the first run's durable wait fails while the second run is under way; the second run stops
     there (no record of it is sealed) and the study raises the archive's error, not a cancellation."""
-    study = write_study(tmp_path, ["career_mobility_en.json"])
-    study.write_text(study.read_text().replace("concurrency = 3", "concurrency = 1"))
-    markers: list[str] = []
-    second_started = asyncio.Event()
-    write_started = Archive.write_started
-
-    def started(self: Archive, record) -> None:
-        write_started(self, record)
-        markers.append(record.run_id)
-        if len(markers) == 2:
-            second_started.set()
+    study, _, second_started = _one_lane_noting_starts(tmp_path, monkeypatch)
 
     async def refused(self: Archive) -> None:
         await asyncio.wait_for(second_started.wait(), 60)  # a guard against a hang, not a timing
         raise ArchiveError("a write was refused")
 
-    monkeypatch.setattr(Archive, "write_started", started)
     monkeypatch.setattr(Archive, "durable", refused)
     with pytest.raises(ArchiveError, match="a write was refused"):
         asyncio.run(run_study(load_study(study)))
