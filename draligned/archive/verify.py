@@ -255,24 +255,48 @@ def record_problems(archive: Archive, parallel: bool = False) -> list[str]:
     sealed, started = archive.run_names()
     blobs = archive.blob_names()
     paths = [os.path.join(archive.runs_dir, name) for name in started + sealed]
+
+    def missing_of(shas: set[str]) -> set[str]:
+        return {sha for sha in shas if sha not in blobs and not archive.blob_path(sha).exists()}
+
+    def name_missing(chunk: list[str], missing: set[str]) -> list[str]:
+        named: list[str] = []
+        for found, refs in _record_chunk(chunk):
+            named += found
+            named += [f"{archive.blob_path(sha)}: missing {kind} blob referenced by {name}"
+                      for sha, kind, name in refs if sha in missing]
+        return named
+
+    return blob_referencing_problems(_record_chunk_shas, paths, missing_of, name_missing,
+                                     PARALLEL_FROM if parallel else math.inf) + missing_records(archive)
+
+
+def blob_referencing_problems(check: Callable[[list[Item]], tuple[list[str], set[str]]], items: list[Item],
+                              missing_of: Callable[[set[str]], set[str]],
+                              name_missing: Callable[[list[Item], set[str]], list[str]],
+                              at_least: float = PARALLEL_FROM) -> list[str]:
+    """The problems ``check`` finds in files that reference blobs, chunk by chunk (in worker processes from
+    ``at_least`` items): a chunk sends back its problem lines and the blobs it references, each once (a few
+    thousand names, not a reference per file); a chunk with blobs ``missing_of`` calls missing is checked
+    again here by ``name_missing``, which names every reference, in order."""
     problems: list[str] = []
-    for found, shas, chunk in in_chunks(_record_chunk_shas, paths, PARALLEL_FROM if parallel else math.inf):
-        missing = {sha for sha in shas if sha not in blobs and not archive.blob_path(sha).exists()}
-        if not missing:
-            problems += found
-            continue
-        for found_one, refs in _record_chunk(chunk):  # blobs are missing: name every reference, in order
-            problems += found_one
-            problems += [f"{archive.blob_path(sha)}: missing {kind} blob referenced by {name}"
-                         for sha, kind, name in refs if sha in missing]
-    return problems + missing_records(archive)
+    for found, shas, chunk in in_chunks(partial(_echoed, check), items, at_least):
+        missing = missing_of(shas)
+        problems += name_missing(chunk, missing) if missing else found
+    return problems
 
 
-def _record_chunk_shas(paths: list[str]) -> tuple[list[str], set[str], list[str]]:
-    """The records' problems, the blobs they reference (each once: a worker sends back a few thousand names,
-    not a quarter of a million references) and the paths (to name each reference should a blob be missing)."""
+def _echoed(check: Callable[[list[Item]], tuple[list[str], set[str]]], chunk: list[Item]
+            ) -> tuple[list[str], set[str], list[Item]]:
+    """``check``'s problems and blobs for ``chunk``, with the chunk (its items are named again if need be)."""
+    found, shas = check(chunk)
+    return found, shas, chunk
+
+
+def _record_chunk_shas(paths: list[str]) -> tuple[list[str], set[str]]:
+    """The records' problems and the blobs they reference (each once)."""
     checked = _record_chunk(paths)
-    return [p for found, _ in checked for p in found], {sha for _, refs in checked for sha, _, _ in refs}, paths
+    return [p for found, _ in checked for p in found], {sha for _, refs in checked for sha, _, _ in refs}
 
 
 def _record_chunk(paths: list[str]) -> list[tuple[list[str], list[tuple[str, str, str]]]]:

@@ -30,7 +30,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from draligned.archive.store import Archive, ArchiveError, write_once
-from draligned.archive.verify import in_chunks, read_file
+from draligned.archive.verify import blob_referencing_problems, read_file
 from draligned.evaluator.ingest import ExtractedItem, RequestLabel
 from draligned.evaluator.packets import Manifest
 from draligned.records import GatewayInfo, Record, Usage, later
@@ -227,20 +227,18 @@ def verify_reads(archive: Archive) -> list[str]:
             top = dirpath[len(root) + 1:].split(os.sep, 1)[0]
             files += [(top, os.path.join(dirpath, n)) for n in names if n.endswith(".json") and n != "evaluator.json"]
     blobs = archive.blob_names()
-    problems: list[str] = []
-    for found, shas, chunk in in_chunks(_read_file_shas, files):
-        missing = shas - blobs
-        problems += found if not missing else [  # blobs are missing: name every reference, in order
-            f"{archive.blob_path(sha)}: missing blob referenced by {path}" if sha else path
-            for path, sha in _read_file_problems(chunk) if sha is None or sha in missing]
-    return problems
+
+    def name_missing(chunk: list[tuple[str, str]], missing: set[str]) -> list[str]:
+        return [f"{archive.blob_path(sha)}: missing blob referenced by {path}" if sha else path
+                for path, sha in _read_file_problems(chunk) if sha is None or sha in missing]
+
+    return blob_referencing_problems(_read_file_shas, files, lambda shas: shas - blobs, name_missing)
 
 
-def _read_file_shas(files: list[tuple[str, str]]) -> tuple[list[str], set[str], list[tuple[str, str]]]:
-    """The files' problem lines, the blobs they reference (each once, fewer to send back than a reference
-    per file) and the files (to name each reference should a blob be missing)."""
+def _read_file_shas(files: list[tuple[str, str]]) -> tuple[list[str], set[str]]:
+    """The files' problem lines and the blobs they reference (each once)."""
     found = _read_file_problems(files)
-    return [path for path, sha in found if sha is None], {sha for _, sha in found if sha is not None}, files
+    return [path for path, sha in found if sha is None], {sha for _, sha in found if sha is not None}
 
 
 def _read_file_problems(files: list[tuple[str, str]]) -> list[tuple[str, str | None]]:
