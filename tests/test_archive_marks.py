@@ -103,6 +103,14 @@ def test_a_report_with_nothing_new_is_kept_and_built_again_when_an_output_or_inp
             main(argv)
 
 
+def test_a_verify_that_declines_workers_forks_none_for_its_suppliers(small, tmp_path, monkeypatch):
+    archive = _copy(small, tmp_path)
+    alone = verify.verify_archive(archive, DERIVED)
+    monkeypatch.setattr(verify, "PARALLEL_FROM", 1)  # each supplier's check alone would fork a pool of its own
+    monkeypatch.setattr(verify, "_own_pool", _must_not_run)
+    assert verify.verify_archive(archive, DERIVED) == alone == []
+
+
 def test_verify_in_worker_processes_finds_what_one_process_finds(small, tmp_path, monkeypatch):
     archive = _copy(small, tmp_path)
     flipped = _tool_return(archive)

@@ -83,14 +83,26 @@ def verify_archive(archive: Archive, tables: Sequence[ArchiveTables], seen: dict
 _POOL: list[ProcessPoolExecutor] = []
 """The pool of :func:`shared_workers` while one is open (every :func:`in_chunks` inside it uses it)."""
 
+_HERE: list[bool] = []
+"""Not empty while a :func:`shared_workers` that declined is open: every :func:`in_chunks` inside checks in
+this process (one rule decides for a whole verify, not one per supplier)."""
+
 
 @contextmanager
 def shared_workers(wanted: bool = True) -> Iterator[None]:
     """One forked worker process per core for every :func:`in_chunks` inside (when ``wanted`` and there are
-    two cores or more): forked once, here, before any thread starts, instead of a pool per check."""
+    two cores or more): forked once, here, before any thread starts, instead of a pool per check; when not
+    ``wanted``, every check inside runs in this process."""
     workers = min(os.cpu_count() or 1, 8)
-    if not wanted or workers < 2 or _POOL:
+    if _POOL or workers < 2:
         yield
+        return
+    if not wanted:
+        _HERE.append(True)
+        try:
+            yield
+        finally:
+            _HERE.pop()
         return
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
         pool.submit(int).result()  # forks every worker now (a fork pool starts them all at its first task)
@@ -210,7 +222,7 @@ def in_chunks(check: Callable[[list[Item]], R], items: list[Item], at_least: flo
     chunk of its own. In the pool of :func:`shared_workers` the chunks are handed over at once (their results
     are taken in order as they come), else to a pool of its own."""
     workers = min(os.cpu_count() or 1, 8)
-    if workers < 2 or len(items) < at_least:
+    if workers < 2 or len(items) < at_least or (_HERE and not _POOL):
         return (check(items[start:start + CHUNK]) for start in range(0, len(items), CHUNK))
     size = -(-(len(items) - alone) // (workers * 4)) or 1
     chunks = [items[i:i + 1] for i in range(alone)] + [items[i:i + size] for i in range(alone, len(items), size)]
