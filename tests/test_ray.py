@@ -9,16 +9,18 @@ import shutil
 import threading
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import psutil
 import pytest
 
 from draligned.archive import Archive
 from draligned.cli import main
 from draligned.indexing import verify
-from draligned.records import FINISHED
+from draligned.records import FINISHED, ModelAttemptEvent
+from draligned.runner import RunProgress
 from draligned.study import load_study
 from draligned.workflow import run_study_file
 from tests import independent_provider
@@ -45,6 +47,7 @@ class RayCluster(NamedTuple):
 
     cluster: Any
     worker: Any
+    head_tmp: Path
     worker_tmp: Path
 
     @property
@@ -67,16 +70,16 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster]:
         try:
             worker = started.add_node(**NODE, env_vars={"TMPDIR": str(worker_tmp)})
             ray.init(address=started.address, log_to_driver=False)
-            yield RayCluster(started, worker, worker_tmp)
+            yield RayCluster(started, worker, head_tmp, worker_tmp)
         finally:
             ray.shutdown()
             started.shutdown()
 
 
 @contextmanager
-def provider() -> Iterator[str]:
+def provider(state: State | None = None) -> Iterator[str]:
     """The independent loopback provider (tests/independent_provider.py): its base URL."""
-    server = serve(State())
+    server = serve(state or State())
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}/v1"
     finally:
@@ -142,13 +145,37 @@ def test_an_unreachable_model_stops_a_ray_study_after_consecutive_connection_fai
 
 
 @pytest.mark.slow
-def test_a_node_lost_mid_study_costs_only_its_in_flight_runs(tmp_path: Path, cluster: RayCluster,
-                                                              monkeypatch: pytest.MonkeyPatch):
-    """Every model reply waits until the worker node is killed, which happens as soon as a run has started
-    there (its started marker is in the node's scratch shard): that run is in flight, and its task is rerun
-    on the head. Last in the module: the cluster keeps only its head."""
-    from draligned.distributed.ray_run import STAGING, run_study_ray
+def test_a_ray_runs_retrying_model_call_shows_in_the_drivers_progress(tmp_path: Path, cluster: RayCluster):
+    """The provider's first reply is a 429: the task's run retries that call, and the driver's progress
+    counts it retrying (told by the task as it happens), then not once the call succeeded."""
+    from draligned.distributed.ray_run import run_study_ray
 
+    events: list[RunProgress] = []
+    with provider(State(fail_first=1, fail_status=429)) as url:
+        study = provider_study(tmp_path, "openai-chat", url, "m-x", model_extra="retry = { initial_wait_s = 0 }")
+        result = run_study_ray(load_study(study, tmp_path / "archive"), cluster.address, events.append)
+    assert [e.retrying for e in events] == [0, 1, 0, 0] and events[-1].completed == 1
+    (record,) = Archive(tmp_path / "archive").records()
+    attempts = [e.attempt.error for e in record.events if isinstance(e, ModelAttemptEvent)]
+    assert attempts == ["RateLimitError"] and result.statuses == Counter(completed=1)
+
+
+def _staged_markers(archive: Path) -> set[str]:
+    """The run ids whose started markers the driver of ``archive`` has staged."""
+    from draligned.distributed.ray_run import STAGING
+
+    return {p.name.removesuffix(".started.json") for p in (archive / STAGING).glob("*/runs/*.started.json")}
+
+
+def _kill(processes: list[psutil.Process]) -> None:
+    for process in processes:
+        with suppress(psutil.NoSuchProcess):
+            process.kill()
+
+
+@contextmanager
+def held_replies(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
+    """The loopback provider's chat replies wait until the event is set (at most 60 s)."""
     replies = threading.Event()
 
     def held(state: State, body: dict[str, Any], n: int) -> tuple[int, dict[str, Any]]:
@@ -156,24 +183,92 @@ def test_a_node_lost_mid_study_costs_only_its_in_flight_runs(tmp_path: Path, clu
         return independent_provider.chat(state, body, n)
 
     monkeypatch.setitem(independent_provider.ROUTES, "/v1/chat/completions", held)
+    yield replies
+
+
+@pytest.mark.slow
+def test_a_slot_whose_worker_dies_on_every_try_stays_unfinished_until_a_rerun(tmp_path: Path, cluster: RayCluster,
+                                                                              monkeypatch: pytest.MonkeyPatch,
+                                                                              capsys: pytest.CaptureFixture[str]):
+    """One retry (two tries): the worker running the slot is killed as soon as its started marker reached
+    the driver, on both tries. The slot stays unfinished with both attempts archived as interrupted runs
+    (as a killed local run is), the study exits 1 saying why; the next run, the fault gone, finishes it as
+    attempt 3. The killed workers' scratch shards are left for the next task on their node to remove."""
+    from draligned.distributed import ray_run
+
+    monkeypatch.setattr(ray_run, "MAX_RETRIES", 1)
+    archive, stop = tmp_path / "archive", threading.Event()
+    nodes = (cluster.head_tmp, cluster.worker_tmp)
+    ran_on: list[tuple[str, Path]] = []  # each killed try's run and the node (its TMPDIR) it ran on
+
+    def kill_each_try_once_started() -> None:
+        while not stop.wait(0.005):
+            for run_id in sorted(_staged_markers(archive) - {r for r, _ in ran_on}):
+                _kill([p for p in psutil.Process().children(recursive=True)
+                       if p.cmdline()[:1] and p.cmdline()[0].startswith("ray::run_slot")])
+                ran_on.extend((run_id, t) for t in nodes if list(t.glob(f"*/runs/{run_id}.started.json")))
+
+    with provider() as url, held_replies(monkeypatch) as replies:
+        study = provider_study(tmp_path, "openai-chat", url, "m-x", extra="concurrency = 1")
+        killer = threading.Thread(target=kill_each_try_once_started)
+        killer.start()
+        try:
+            assert main(["run", str(study), "--ray", cluster.address]) == 1
+        finally:
+            stop.set()
+            killer.join()
+        out = capsys.readouterr().out
+        interrupted = Archive(archive).started()
+        by_id = {r.run_id: r for r in interrupted}
+        assert Archive(archive).records() == [] and sorted(r.attempt for r in interrupted) == [1, 2]
+        assert ("not started: 1 slot(s): its Ray task failed 2 time(s), the last (WorkerCrashedError): The worker "
+                "died unexpectedly while executing this task.") in out
+        assert verify(Archive(archive)) == [] and not (archive / ray_run.STAGING).exists()
+        assert sorted(r for r, _ in ran_on) == sorted(r.run_id for r in interrupted)
+        # the second try removed the first's scratch shard if it ran on the same node; nothing removed its own
+        (first, first_node), (second, second_node) = sorted(ran_on, key=lambda r: by_id[r[0]].attempt)
+        left = {p.name.removesuffix(".started.json") for t in nodes for p in t.glob("*/runs/*.started.json")}
+        assert left == ({second} if first_node == second_node else {first, second})
+        assert sum(ray_run.remove_dead_scratch(t) for t in nodes) == len(left) and not any(
+            list(t.iterdir()) for t in nodes)
+        replies.set()
+        assert main(["run", str(study), "--ray", cluster.address]) == 0
+    finished = Archive(archive).records()
+    assert [(r.attempt, r.status) for r in finished] == [(3, "completed")]
+    assert len(Archive(archive).started()) == 3 and main(["archive", "verify", str(archive)]) == 0
+
+
+@pytest.mark.slow
+def test_a_node_lost_mid_study_costs_only_its_in_flight_runs(tmp_path: Path, cluster: RayCluster,
+                                                              monkeypatch: pytest.MonkeyPatch):
+    """Every model reply waits until the worker node is lost (its worker processes killed, then the node
+    removed), which happens as soon as a run started there and its started marker reached the driver: that
+    run is archived as interrupted and its slot is run again on the head as the next attempt. Last in the
+    module: the cluster keeps only its head."""
+    from draligned.distributed.ray_run import STAGING, run_study_ray
+
     lost: list[str] = []
     ended = threading.Event()
+    raylet = psutil.Process(cluster.worker.all_processes["raylet"][0].process.pid)
 
-    def kill_the_worker_node_mid_run() -> None:
+    def lose_the_worker_node_mid_run() -> None:
         while not ended.wait(0.005):
-            if started := list(cluster.worker_tmp.glob("draligned-shard-*/runs/*.started.json")):
+            there = {p.name.removesuffix(".started.json")
+                     for p in cluster.worker_tmp.glob("draligned-shard-*/runs/*.started.json")}
+            if started := there & _staged_markers(tmp_path / "ray"):
+                _kill(raylet.children(recursive=True))
                 cluster.cluster.remove_node(cluster.worker, allow_graceful=False)
-                lost.append(started[0].name.removesuffix(".started.json"))
+                lost.extend(started)
                 break
         replies.set()
 
     assert not list(cluster.worker_tmp.iterdir())  # the earlier tests' tasks removed their scratch shards
-    with provider() as url:
-        study = provider_study(tmp_path, "openai-chat", url, "m-x", arms='"all"', extra="seeds = 2\nconcurrency = 3")
+    with provider() as url, held_replies(monkeypatch) as replies:
+        study = provider_study(tmp_path, "openai-chat", url, "m-x", arms='"all"', extra="concurrency = 3")
         replies.set()
         single = run_study_file(study, tmp_path / "single")
         replies.clear()
-        watcher = threading.Thread(target=kill_the_worker_node_mid_run)
+        watcher = threading.Thread(target=lose_the_worker_node_mid_run)
         watcher.start()
         try:
             result = run_study_ray(load_study(study, tmp_path / "ray"), cluster.address)
@@ -184,8 +279,11 @@ def test_a_node_lost_mid_study_costs_only_its_in_flight_runs(tmp_path: Path, clu
     assert verify(merged) == []
     finished = _finished_per_slot(merged)
     assert finished == Counter(dict.fromkeys((r.slot_id for r in Archive(single.archive.root).records()), 1))
-    assert result.statuses["completed"] == single.slots == 4 and not result.not_started
-    assert len(lost) == 1 and lost[0] not in {r.run_id for r in merged.records()}  # in flight, then rerun
+    assert result.statuses["completed"] == single.slots == 2 and not result.not_started
+    assert len(lost) == 1 and lost[0] not in {r.run_id for r in merged.records()}  # in flight: interrupted
+    again = {r.run_id: r for r in merged.started()}
+    rerun = next(r for r in merged.records() if r.slot_id == again[lost[0]].slot_id)
+    assert (again[lost[0]].attempt, rerun.attempt) == (1, 2) and len(again) == 3
     assert not (merged.root / STAGING).exists()
-    again = run_study_ray(load_study(study, tmp_path / "ray"), cluster.address)
-    assert again.skipped == 4 and again.runs == [] and not again.not_started  # resume: nothing to run
+    resumed = run_study_ray(load_study(study, tmp_path / "ray"), cluster.address)
+    assert resumed.skipped == 2 and resumed.runs == [] and not resumed.not_started  # resume: nothing to run
