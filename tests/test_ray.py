@@ -111,22 +111,38 @@ def _finished_per_slot(archive: Archive) -> Counter[str]:
 @pytest.mark.slow
 def test_the_study_cost_cap_holds_across_ray_tasks_and_a_later_run_resumes(tmp_path, cluster, capsys):
     """Two tasks in flight, $0.00036 a run, cap $0.0005: the first to end leaves $0.00036 spent, so one more
-    starts; the second to end spends the cap, so none of the other three starts. A cap per task (each task
-    its own archive) would have run all six."""
+    starts; the second to end spends the cap, so the fourth slot does not start. A cap per task (each task
+    its own archive) would have run all four."""
     with provider() as url:
         path = provider_study(tmp_path, "openai-chat", url, model="m-x", arms='"all"',
-                              extra="seeds = 3\nconcurrency = 2\nmax_cost_usd = 0.0005",
+                              extra="seeds = 2\nconcurrency = 2\nmax_cost_usd = 0.0005",
                               model_extra="price = { input = 1.0, output = 2.0 }")
         assert main(["run", str(path), "--ray", cluster.address]) == 1
         out = capsys.readouterr().out
         archive = Archive(tmp_path / "archive")
         assert [r.counters.cost_usd for r in archive.records()] == [RUN_COST] * 3
         assert f"spent: ${3 * RUN_COST:.4f} of max_cost_usd $0.0005" in out
-        assert "not started: 3 slot(s): study cost cap reached" in out
+        assert "not started: 1 slot(s): study cost cap reached" in out
         path.write_text(path.read_text().replace("max_cost_usd = 0.0005", "max_cost_usd = 1.0"))
         assert main(["run", str(path), "--ray", cluster.address]) == 0
     assert _finished_per_slot(archive) == Counter(dict.fromkeys(_finished_per_slot(archive), 1))
-    assert len(archive.records()) == 6 and verify(archive) == []
+    assert len(archive.records()) == 4 and verify(archive) == []
+
+
+def test_the_limits_actor_admits_at_most_a_models_limit_until_a_lease_is_given_back():
+    """The actor's rules, on the class itself (the tasks call them remotely): ``limit`` leases per study
+    model, a lease asked for again is still held, a given-back one frees its place, models do not share."""
+    from draligned.distributed.ray_limits import ModelLimits
+
+    limits = ModelLimits()
+    assert [limits.try_acquire("s/m", 2, lease) for lease in ("a", "b", "c", "a")] == [True, True, False, True]
+    assert limits.try_acquire("s/other", 1, "c")
+    limits.release("s/m", "a")
+    limits.release("s/m", "a")  # given back twice: nothing more is freed
+    assert [limits.try_acquire("s/m", 2, lease) for lease in ("c", "d")] == [True, False]
+    limits.release("s/m", "b")
+    limits.release("s/m", "c")
+    assert limits.holders == {"s/other": {"c"}}
 
 
 @pytest.mark.slow

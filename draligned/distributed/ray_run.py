@@ -4,13 +4,15 @@ The driver is an ordinary ``run_study`` (draligned.runner) whose ``Execute`` sub
 archive's run lock, plans, archives the provenance files, and its ``Dispatch`` hands out each slot that may
 start (the study's cost cap and the stop-after-connection-failures rule, as with ``--workers``) and counts
 each run that ended. At most the study's ``concurrency`` tasks are in flight; each runs its one slot with the
-runner's lanes into a fresh node-local archive shard and returns the shard's files and the run's outcome. The
-driver stages the files under ``ARCHIVE/.ray-shards/`` as they arrive, tells ``Dispatch`` the outcome, and at
-the end merges the staged shards into the study's archive (draligned.shards.merge_locked). A task lost with
-its node is retried on another (``max_retries``), so a lost node costs only its in-flight runs; a rerun first
-merges the shards a killed driver staged, then skips every finished slot. A named actor
+runner's lanes into a fresh node-local archive shard and sends, as they happen, its run's started marker (with
+the files it names), its model calls' retrying and at last the shard's files with the run's outcome. The
+driver stages the files under ``ARCHIVE/.ray-shards/`` as they arrive, tells ``Dispatch``, and at the end
+merges the staged shards into the study's archive (draligned.shards.merge_locked). A try whose worker or node
+died is tried again (``MAX_RETRIES`` times) as the next attempt when its started marker had arrived, which
+stays archived as an interrupted run, as a killed local run's does: a lost node costs only its in-flight runs.
+A rerun first merges the shards a killed driver staged, then skips every finished slot. A named actor
 (draligned.distributed.ray_limits) admits at most ``max_connections`` runs of each model at once across the
-cluster (a lease a dead node held is given back).
+cluster (the driver gives each try's lease back when the try ended).
 Ray is imported only here (``pip install 'draligned[ray]'``).
 """
 
@@ -129,8 +131,7 @@ def run_slot(study: Study, slot: Slot, attempt: int, limits: Any, key: str, limi
     ``slot`` into a node-local shard under the lease ``lease`` of the limits actor (``limit`` runs of the
     model ``key`` at once); its last event is the shard's files and the run's RunOutcome."""
     ray = _ray()
-    node = ray.get_runtime_context().get_node_id()
-    while not ray.get(limits.try_acquire.remote(key, limit, lease, node)):
+    while not ray.get(limits.try_acquire.remote(key, limit, lease)):  # the driver releases it
         time.sleep(LEASE_POLL_S)
     events: queue.SimpleQueue[Event | BaseException] = queue.SimpleQueue()
     scratch_base = Path(tempfile.gettempdir())
@@ -160,7 +161,6 @@ def run_slot(study: Study, slot: Slot, attempt: int, limits: Any, key: str, limi
         runner.join()
         shutil.rmtree(scratch, ignore_errors=True)
         os.close(held)
-        ray.get(limits.release.remote(key, lease))
 
 
 def _new_scratch(base: Path) -> tuple[Path, int]:
@@ -321,12 +321,12 @@ async def _run_tasks(ray: Any, study: Study, dispatch: Dispatch, max_retries: in
         done, _ = await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
         for fut in done:
             one = in_flight.pop(fut)
+            limits.release.remote(f"{token}/{one.slot.model}", one.lease)  # also the lease of a dead worker
             exc = fut.exception()
             if exc is None:
                 continue
             if one.retrying:  # its retrying calls ended with it
                 dispatch.retrying(one.slot.slot_id, -one.retrying)
-            limits.release.remote(f"{token}/{one.slot.model}", one.lease)  # a dead worker released nothing
             if not isinstance(exc, ray.exceptions.RayError):
                 raise exc  # the driver's own failure (a refused staging write), not the task's
             if not isinstance(exc, ray.exceptions.RayTaskError) and one.tries <= max_retries:
