@@ -101,23 +101,31 @@ class _Shard(Archive):
 
     def __init__(self, root: Path, send: Callable[[Event], None]) -> None:
         super().__init__(root)
-        self.send = send
+        self.send, self.sent = send, set[str]()
 
     def write_started(self, record: RunRecord) -> None:
         super().write_started(record)
         files = {rel: (self.root / rel).read_bytes() for rel in archive_files(self)}  # the provenance
         files |= {f"blobs/{sha[:2]}/{sha}": self.get_blob(sha)
                   for sha in (record.system_prompt_blob, record.user_message_blob, record.tools_blob)}
-        event: Event = ("started", files | {f"runs/{record.run_id}.started.json": record_bytes(record.sealed())}, None)
+        files[f"runs/{record.run_id}.started.json"] = record_bytes(record.sealed())
         if self._commit is None:
-            self.send(event)
+            self._send_started(files)
             return
 
         def send_once_durable(done: Future[None]) -> None:  # on the writer thread; a refused write fails the run
             if done.exception() is None:
-                self.send(event)
+                self._send_started(files)
 
         self._commit.barrier().add_done_callback(send_once_durable)
+
+    def _send_started(self, files: dict[str, bytes]) -> None:
+        self.sent |= files.keys()
+        self.send(("started", files, None))
+
+    def unsent(self) -> dict[str, bytes]:
+        """The shard's files the driver has not been sent (once the run ended: the rest of the shard)."""
+        return {rel: (self.root / rel).read_bytes() for rel in archive_files(self) if rel not in self.sent}
 
 
 Event = tuple[str, Any, Any]
@@ -143,7 +151,7 @@ def run_slot(study: Study, slot: Slot, attempt: int, limits: Any, key: str, limi
             archive = _Shard(scratch, events.put)
             outcome = asyncio.run(_run_one(study.model_copy(update={"archive_root": scratch}), archive, slot,
                                            attempt, lambda slot_id, delta: events.put(("retrying", slot_id, delta))))
-            events.put(("ended", {rel: (scratch / rel).read_bytes() for rel in archive_files(archive)}, outcome))
+            events.put(("ended", archive.unsent(), outcome))
         except BaseException as exc:  # raised in the task: the driver does not retry it
             events.put(exc)
 
