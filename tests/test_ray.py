@@ -1,7 +1,9 @@
 """Studies on a local two-node Ray cluster (issue 14), started once for the module: the study's cost cap and
-the stop after consecutive connection failures hold across the tasks, and a later run resumes; one node is
-removed mid-study (last: the cluster keeps only its head), and the merged archive verifies, has the slots of
-a single-process run and exactly one finished run per slot."""
+the stop after consecutive connection failures hold across the tasks, and a later run resumes; a run's
+retrying model call shows in the driver's progress; a slot whose worker dies on every try stays unfinished,
+its tries archived as interrupted attempts, until a rerun finishes it; one node is removed mid-study (last:
+the cluster keeps only its head), and the merged archive verifies, has the slots of a single-process run and
+exactly one finished run per slot."""
 
 from __future__ import annotations
 
@@ -189,6 +191,16 @@ def _kill(processes: list[psutil.Process]) -> None:
             process.kill()
 
 
+def _running_slot_tasks() -> list[psutil.Process]:
+    """This test process's Ray workers now running a ``run_slot`` task (Ray titles a worker by its task)."""
+    found = []
+    for process in psutil.Process().children(recursive=True):
+        with suppress(psutil.Error):  # one that ended meanwhile
+            if process.cmdline()[:1] and process.cmdline()[0].startswith("ray::run_slot"):
+                found.append(process)
+    return found
+
+
 @contextmanager
 def held_replies(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
     """The loopback provider's chat replies wait until the event is set (at most 60 s)."""
@@ -220,8 +232,7 @@ def test_a_slot_whose_worker_dies_on_every_try_stays_unfinished_until_a_rerun(tm
     def kill_each_try_once_started() -> None:
         while not stop.wait(0.005):
             for run_id in sorted(_staged_markers(archive) - {r for r, _ in ran_on}):
-                _kill([p for p in psutil.Process().children(recursive=True)
-                       if p.cmdline()[:1] and p.cmdline()[0].startswith("ray::run_slot")])
+                _kill(_running_slot_tasks())
                 ran_on.extend((run_id, t) for t in nodes if list(t.glob(f"*/runs/{run_id}.started.json")))
 
     with provider() as url, held_replies(monkeypatch) as replies:
