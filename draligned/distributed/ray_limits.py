@@ -9,26 +9,21 @@ from __future__ import annotations
 
 class ModelLimits:
     """The named actor: at most ``limit`` runs of a study's model hold a lease at once, cluster-wide. One per
-    driver, shared by the studies it runs (each keys its models by a token of its own)."""
+    driver, shared by the studies it runs (each keys its models by a token of its own). The driver gives
+    back each try's lease when the try ended, whether it returned or its worker or node died."""
 
     def __init__(self) -> None:
-        self.holders: dict[str, dict[str, str]] = {}  # study token/model -> lease -> node id
+        self.holders: dict[str, set[str]] = {}  # study token/model -> leases held
 
-    def try_acquire(self, key: str, limit: int, lease: str, node: str) -> bool:
-        import ray
-
-        held = self.holders.setdefault(key, {})
-        if len(held) >= limit and lease not in held:
-            alive = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
-            for dead in [k for k, v in held.items() if v not in alive]:  # a lost node's leases come back
-                del held[dead]
+    def try_acquire(self, key: str, limit: int, lease: str) -> bool:
+        held = self.holders.setdefault(key, set())
         if lease in held or len(held) < limit:
-            held[lease] = node
+            held.add(lease)
             return True
         return False
 
     def release(self, key: str, lease: str) -> None:
-        held = self.holders.get(key, {})
-        held.pop(lease, None)
+        held = self.holders.get(key, set())
+        held.discard(lease)
         if not held:
             self.holders.pop(key, None)

@@ -4,37 +4,47 @@ The driver is an ordinary ``run_study`` (draligned.runner) whose ``Execute`` sub
 archive's run lock, plans, archives the provenance files, and its ``Dispatch`` hands out each slot that may
 start (the study's cost cap and the stop-after-connection-failures rule, as with ``--workers``) and counts
 each run that ended. At most the study's ``concurrency`` tasks are in flight; each runs its one slot with the
-runner's lanes into a fresh node-local archive shard and returns the shard's files and the run's outcome. The
-driver stages the files under ``ARCHIVE/.ray-shards/`` as they arrive, tells ``Dispatch`` the outcome, and at
-the end merges the staged shards into the study's archive (draligned.shards.merge_locked). A task lost with
-its node is retried on another (``max_retries``), so a lost node costs only its in-flight runs; a rerun first
-merges the shards a killed driver staged, then skips every finished slot. A named actor
+runner's lanes into a fresh node-local archive shard and sends, as they happen, its run's started marker (with
+the files it names), its model calls' retrying and at last the shard's files with the run's outcome. The
+driver stages the files under ``ARCHIVE/.ray-shards/`` as they arrive, tells ``Dispatch``, and at the end
+merges the staged shards into the study's archive (draligned.shards.merge_locked). A try whose worker or node
+died is tried again (``MAX_RETRIES`` times) as the next attempt when its started marker had arrived, which
+stays archived as an interrupted run, as a killed local run's does: a lost node costs only its in-flight runs.
+A rerun first merges the shards a killed driver staged, then skips every finished slot. A named actor
 (draligned.distributed.ray_limits) admits at most ``max_connections`` runs of each model at once across the
-cluster (a lease a dead node held is given back).
+cluster (the driver gives each try's lease back when the try ended).
 Ray is imported only here (``pip install 'draligned[ray]'``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import itertools
+import os
+import queue
 import secrets
 import shutil
 import tempfile
+import threading
 import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from draligned.archive import Archive
 from draligned.archive.merge import archive_files
-from draligned.archive.store import write_once
+from draligned.archive.store import record_bytes, write_once
 from draligned.distributed.ray_limits import ModelLimits
 from draligned.models import ModelAPI
-from draligned.records import Slot
+from draligned.records import RunRecord, Slot
 from draligned.runner import (
     Dispatch,
     Execute,
     ProgressCallback,
+    Retrying,
     RunOutcome,
     StudyResult,
     open_study_search,
@@ -47,10 +57,12 @@ from draligned.shards import lock_whole, merge_locked
 from draligned.study import Study, StudyError
 from draligned.tools.pool_search import StudySearch
 
+SCRATCH_PREFIX = "draligned-shard-"
+"""The name of a task's node-local scratch shard (in the node's temporary directory) begins so."""
 STAGING = ".ray-shards"
 """Where the driver stages the shards its tasks returned (inside the archive; a merge skips dot folders)."""
 MAX_RETRIES = 3
-"""How often Ray reruns a slot's task whose worker or node died."""
+"""How often the driver tries a slot's task again whose worker or node died."""
 LEASE_POLL_S = 0.05
 """How often a task asks the limits actor again while its model is at its limit."""
 
@@ -82,26 +94,115 @@ def _limits_actor(ray: Any) -> Any:
     return _LIMITS[key]
 
 
-def run_slot(study: Study, slot: Slot, attempt: int, limits: Any, token: str, lease: str) -> dict[str, Any]:
-    """The Ray task: run attempt ``attempt`` of ``slot`` into a node-local shard under a lease ``lease`` of the
-    limits actor (for the model of the study run ``token``); returns the shard's files and the run's
-    RunOutcome."""
+class _Shard(Archive):
+    """A task's node-local shard that sends its run's started marker, with the files it names, to the driver
+    as soon as the marker is durable here: a try lost with its worker or node is then archived as an
+    interrupted attempt, as a killed local run is."""
+
+    def __init__(self, root: Path, send: Callable[[Event], None]) -> None:
+        super().__init__(root)
+        self.send, self.sent = send, set[str]()
+
+    def write_started(self, record: RunRecord) -> None:
+        super().write_started(record)
+        files = {rel: (self.root / rel).read_bytes() for rel in archive_files(self)}  # the provenance
+        files |= {f"blobs/{sha[:2]}/{sha}": self.get_blob(sha)
+                  for sha in (record.system_prompt_blob, record.user_message_blob, record.tools_blob)}
+        files[f"runs/{record.run_id}.started.json"] = record_bytes(record.sealed())
+        if self._commit is None:
+            self._send_started(files)
+            return
+
+        def send_once_durable(done: Future[None]) -> None:  # on the writer thread; a refused write fails the run
+            if done.exception() is None:
+                self._send_started(files)
+
+        self._commit.barrier().add_done_callback(send_once_durable)
+
+    def _send_started(self, files: dict[str, bytes]) -> None:
+        self.sent |= files.keys()
+        self.send(("started", files, None))
+
+    def unsent(self) -> dict[str, bytes]:
+        """The shard's files the driver has not been sent (once the run ended: the rest of the shard)."""
+        return {rel: (self.root / rel).read_bytes() for rel in archive_files(self) if rel not in self.sent}
+
+
+Event = tuple[str, Any, Any]
+"""What a task sends its driver: ("started", files, None), ("retrying", slot id, +1 | -1) or
+("ended", files, RunOutcome)."""
+
+
+def run_slot(study: Study, slot: Slot, attempt: int, limits: Any, key: str, limit: int,
+             lease: str) -> Iterator[Event]:
+    """The Ray task (a generator, so the driver hears each event as it happens): run attempt ``attempt`` of
+    ``slot`` into a node-local shard under the lease ``lease`` of the limits actor (``limit`` runs of the
+    model ``key`` at once); its last event is the shard's files and the run's RunOutcome."""
     ray = _ray()
-    node = ray.get_runtime_context().get_node_id()
-    key, limit = f"{token}/{slot.model}", _limit(study)[slot.model]
-    while not ray.get(limits.try_acquire.remote(key, limit, lease, node)):
+    while not ray.get(limits.try_acquire.remote(key, limit, lease)):  # the driver releases it
         time.sleep(LEASE_POLL_S)
-    scratch = Path(tempfile.mkdtemp(prefix="draligned-shard-"))
+    events: queue.SimpleQueue[Event | BaseException] = queue.SimpleQueue()
+    scratch_base = Path(tempfile.gettempdir())
+    remove_dead_scratch(scratch_base)
+    scratch, held = _new_scratch(scratch_base)
+
+    def run() -> None:  # the run's own event loop, in a thread: the generator yields while it runs
+        try:
+            archive = _Shard(scratch, events.put)
+            outcome = asyncio.run(_run_one(study.model_copy(update={"archive_root": scratch}), archive, slot,
+                                           attempt, lambda slot_id, delta: events.put(("retrying", slot_id, delta))))
+            events.put(("ended", archive.unsent(), outcome))
+        except BaseException as exc:  # raised in the task: the driver does not retry it
+            events.put(exc)
+
+    runner = threading.Thread(target=run, name=f"draligned-{lease}")
+    runner.start()
     try:
-        outcome = asyncio.run(_run_one(study.model_copy(update={"archive_root": scratch}), slot, attempt))
-        return {"files": {rel: (scratch / rel).read_bytes() for rel in archive_files(Archive(scratch))},
-                "outcome": outcome}
+        while True:
+            event = events.get()
+            if isinstance(event, BaseException):
+                raise event
+            yield event
+            if event[0] == "ended":
+                return
     finally:
+        runner.join()
         shutil.rmtree(scratch, ignore_errors=True)
-        ray.get(limits.release.remote(key, lease))
+        os.close(held)
 
 
-async def _run_one(study: Study, slot: Slot, attempt: int) -> RunOutcome:
+def _new_scratch(base: Path) -> tuple[Path, int]:
+    """A fresh scratch shard in ``base`` and the descriptor of its lock, held while its task lives (the lock
+    file is locked before it gets its name, so no sweep sees it free)."""
+    scratch = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir=base))
+    held = os.open(scratch / ".lock-new", os.O_CREAT | os.O_WRONLY, 0o600)
+    fcntl.flock(held, fcntl.LOCK_EX)
+    os.rename(scratch / ".lock-new", scratch / ".lock")
+    return scratch, held
+
+
+def remove_dead_scratch(base: Path) -> int:
+    """Remove the scratch shards in ``base`` whose task's worker died (their lock free: a live task holds
+    its own); returns how many. The driver holds what such a try had sent; the rest is lost with it."""
+    removed = 0
+    for scratch in base.glob(f"{SCRATCH_PREFIX}*"):
+        try:
+            fd = os.open(scratch / ".lock", os.O_RDONLY)
+        except OSError:  # being made, or being removed
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # its task is running
+            continue
+        else:
+            shutil.rmtree(scratch, ignore_errors=True)
+            removed += 1
+        finally:
+            os.close(fd)
+    return removed
+
+
+async def _run_one(study: Study, archive: Archive, slot: Slot, attempt: int, retrying: Retrying) -> RunOutcome:
     """One run of ``slot`` on one lane of the runner (the driver's Dispatch decided it may start)."""
     given: list[tuple[Slot, int]] = [(slot, attempt)]
     ended: list[RunOutcome] = []
@@ -112,11 +213,10 @@ async def _run_one(study: Study, slot: Slot, attempt: int) -> RunOutcome:
     async def end(outcome: RunOutcome, running: float) -> None:
         ended.append(outcome)
 
-    archive = Archive(study.archive_root)
     put_provenance(study, archive)  # a shard verifies on its own before it is merged
     search = open_study_search(study)
     try:
-        await run_slots(study, archive, search, prepare_models(study, {slot.model}), take, end, 1)
+        await run_slots(study, archive, search, prepare_models(study, {slot.model}), take, end, 1, retrying)
     finally:
         await search.aclose()
     return ended[0]
@@ -137,7 +237,7 @@ def _merge_staged(archive: Archive) -> None:
 
 
 def run_study_ray(study: Study, address: str, progress: ProgressCallback | None = None,
-                  verify: bool = True, max_retries: int = MAX_RETRIES) -> StudyResult:
+                  verify: bool = True, max_retries: int | None = None) -> StudyResult:
     """Run every unfinished slot of ``study`` as a Ray task on the cluster at ``address`` (``local``: start one
     on this machine) and merge the shards into the study's archive. Raises StudyError or ArchiveError."""
     _ray()
@@ -151,7 +251,7 @@ def run_study_ray(study: Study, address: str, progress: ProgressCallback | None 
     return asyncio.run(run_study(study, progress, verify, in_ray(address, max_retries)))
 
 
-def in_ray(address: str, max_retries: int = MAX_RETRIES) -> Execute:
+def in_ray(address: str, max_retries: int | None = None) -> Execute:
     """An ``Execute`` for draligned.runner.run_study that runs each slot ``Dispatch`` hands out as a Ray task on
     the cluster at ``address`` (started and stopped here unless Ray is already initialised) and merges the
     returned shards into the archive."""
@@ -164,7 +264,7 @@ def in_ray(address: str, max_retries: int = MAX_RETRIES) -> Execute:
                                       if address == "local" else {"address": address})
             ray.init(**kwargs, log_to_driver=False)
         try:
-            await _run_tasks(ray, study, dispatch, max_retries)
+            await _run_tasks(ray, study, dispatch, MAX_RETRIES if max_retries is None else max_retries)
         finally:
             if started:
                 ray.shutdown()
@@ -172,35 +272,77 @@ def in_ray(address: str, max_retries: int = MAX_RETRIES) -> Execute:
     return execute
 
 
+@dataclass
+class _Try:
+    """One try of a slot's task: its attempt number, which try of the slot it is in this study run, its lease
+    of the limits actor, and what its events said so far."""
+
+    slot: Slot
+    attempt: int
+    tries: int
+    lease: str
+    started: bool = False
+    """Its started marker reached the driver (it is archived, so the next try is the next attempt)."""
+    retrying: int = 0
+    """Its model calls waiting to retry, as it last said."""
+
+
+async def _follow(stream: Any, one: _Try, dispatch: Dispatch) -> None:
+    """Stage what a try's task sends as it arrives and tell ``dispatch``; raises what ended the task."""
+    staged = dispatch.result.archive.root / STAGING / one.lease
+    async for ref in stream:
+        kind, data, more = await ref
+        if kind == "retrying":
+            one.retrying += more
+            dispatch.retrying(data, more)
+            continue
+        for rel, body in data.items():
+            write_once(staged / rel, body)
+        one.started = True
+        if kind == "ended":
+            dispatch.end(more)
+            return
+
+
 async def _run_tasks(ray: Any, study: Study, dispatch: Dispatch, max_retries: int) -> None:
     """Keep up to the study's ``concurrency`` tasks in flight, each with the next slot ``dispatch`` lets start
-    (it applies the cost cap and the connection-failure stop); stage each returned shard and tell
-    ``dispatch`` its run's outcome. The driver does not see a running task's cost: the cap counts ended runs."""
-    limits = _limits_actor(ray)
-    task = ray.remote(num_cpus=1, max_retries=max_retries)(run_slot)
+    (it applies the cost cap and the connection-failure stop); stage what each sends and tell ``dispatch``.
+    A try whose worker or node died is tried again, as the next attempt when its started marker had
+    arrived, up to ``max_retries`` times; one that raised is not (it would raise again). The driver does
+    not see a running task's cost: the cap counts ended runs."""
+    limits, limit = _limits_actor(ray), _limit(study)
+    task = ray.remote(num_cpus=1, max_retries=0)(run_slot)
     token, numbers = secrets.token_hex(4), itertools.count()
-    in_flight: dict[asyncio.Future[Any], tuple[Slot, str]] = {}
+    in_flight: dict[asyncio.Task[None], _Try] = {}
+
+    def submit(slot: Slot, attempt: int, tries: int) -> None:
+        one = _Try(slot, attempt, tries, f"{token}-{next(numbers):06d}")
+        stream = task.remote(study, slot, attempt, limits, f"{token}/{slot.model}", limit[slot.model], one.lease)
+        in_flight[asyncio.ensure_future(_follow(stream, one, dispatch))] = one
 
     def fill() -> None:
         while len(in_flight) < study.spec.concurrency and (got := dispatch.take()) is not None:
-            lease = f"{token}-{next(numbers):06d}"
-            ref = task.remote(study, got[0], got[1], limits, token, lease)
-            in_flight[asyncio.wrap_future(ref.future())] = (got[0], lease)
+            submit(*got, tries=1)
 
     fill()
     while in_flight:
         done, _ = await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
         for fut in done:
-            slot, lease = in_flight.pop(fut)
-            try:
-                out = fut.result()
-            except ray.exceptions.RayError as exc:  # its nodes died too often, or it raised: the slot stays unfinished
-                cause = getattr(exc, "cause", None) or exc
-                why = str(cause).strip().splitlines()[-1] if str(cause).strip() else type(cause).__name__
-                dispatch.result.not_started[slot.slot_id] = f"Ray task failed ({type(cause).__name__}): {why}"
-                dispatch.tell()
-            else:
-                for rel, data in out["files"].items():
-                    write_once(dispatch.result.archive.root / STAGING / lease / rel, data)
-                dispatch.end(out["outcome"])
-            fill()  # after each run, as a lane of --workers takes its next slot when its run ends
+            one = in_flight.pop(fut)
+            limits.release.remote(f"{token}/{one.slot.model}", one.lease)  # also the lease of a dead worker
+            exc = fut.exception()
+            if exc is None:
+                continue
+            if one.retrying:  # its retrying calls ended with it
+                dispatch.retrying(one.slot.slot_id, -one.retrying)
+            if not isinstance(exc, ray.exceptions.RayError):
+                raise exc  # the driver's own failure (a refused staging write), not the task's
+            if not isinstance(exc, ray.exceptions.RayTaskError) and one.tries <= max_retries:
+                submit(one.slot, one.attempt + one.started, one.tries + 1)
+                continue
+            cause = getattr(exc, "cause", None) or exc
+            why = str(cause).strip().splitlines()[-1] if str(cause).strip() else type(cause).__name__
+            dispatch.result.not_started[one.slot.slot_id] = (
+                f"its Ray task failed {one.tries} time(s), the last ({type(cause).__name__}): {why}")
+            dispatch.tell()
+        fill()  # after each run, as a lane of --workers takes its next slot when its run ends
