@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import multiprocessing.forkserver
 import os
 import signal
 import threading
@@ -17,7 +18,8 @@ from draligned.archive import Archive
 from draligned.cli import main
 from draligned.models.limits import ConnectionLimit, LeasedLimit, Lender
 from draligned.records import FINISHED
-from draligned.workers import GC_THRESHOLD, lanes, run_loop
+from draligned.study import load_study
+from draligned.workers import GC_THRESHOLD, fork_server, lanes, run_loop
 from tests.loopback_wire import WireServer
 from tests.processes import start_cli
 from tests.study_helpers import REPO, write_study
@@ -114,6 +116,34 @@ retry = {{ max_connections = 2 }}
         assert main(["run", str(study), "--workers", "2"]) == 0
     assert len(server.log) == 16 and server.most == 2
     assert len(_finished_per_slot(Archive(tmp_path / "archive"))) == 16
+
+
+@pytest.mark.slow
+def test_workers_run_in_the_environment_of_their_study_not_of_the_fork_server(tmp_path, monkeypatch):
+    """Workers are forks of a server that outlives a study: a study's workers see the environment as it is
+    when the study runs (a key set after the server started), and fail without it."""
+    with WireServer("openai-chat", ["submit"]) as server:
+        later = tmp_path / "later.toml"
+        later.write_text(f"""name = "later"
+cards = ["{REPO / 'factor_cards' / 'travel_budget_en.json'}"]
+seeds = 1
+concurrency = 2
+archive = "later"
+corpus = "{REPO / 'corpora' / 'demo' / 'corpus.jsonl'}"
+
+[[models]]
+name = "m"
+protocol = "openai-chat"
+model = "requested"
+base_url = "{server.base_url}"
+api_key_env = "LATER_KEY"
+""")
+        fork_server(load_study(later))
+        multiprocessing.forkserver.ensure_running()  # as an earlier study of this process would have
+        monkeypatch.setenv("LATER_KEY", "sk-later")
+        assert main(["run", str(later), "--workers", "2"]) == 0  # a worker without the key fails the study
+    assert {e["headers"]["authorization"] for e in server.log} == {"Bearer sk-later"}
+    assert len(_finished_per_slot(Archive(tmp_path / "later"))) == 2
 
 
 def test_a_bad_worker_count_is_refused_before_anything_runs(tmp_path, monkeypatch, capsys):
