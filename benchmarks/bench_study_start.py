@@ -3,8 +3,8 @@
 Run: ``PYTHONPATH=$PWD python benchmarks/bench_study_start.py [--repeat 10]`` (from the checkout). Prints JSON
 lines, each with the reference it is judged against:
 
-- ``cli_run``: ``draligned run`` of a 2-run study of the offline ``sim`` agent (H00, demo corpus,
-  ``--workers 1``) in a fresh process: interpreter, imports, study load, corpus index, 2 runs, final index;
+- ``cli_run``: ``draligned run`` of a 2-run study of the offline ``sim`` agent (bench_memory.py's: H00, demo
+  corpus; ``--workers 1``) in a fresh process: interpreter, imports, study load, corpus index, 2 runs, final index;
 - ``study_in_process``: the same study run again and again in one warm process (what a test suite pays
   per small study): CPU per study;
 - ``worker_start``: the worker processes' CPU (the fork server's included) of a 2-run ``openai-chat`` study
@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 from bench_latency import _workers, serve, study_file
+from bench_memory import study_file as memory_study
 
 from draligned.runner import run_study
 from draligned.study import load_study
@@ -39,24 +40,9 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def sim_study(tmp: Path) -> Path:
+    """bench_memory's study of the ``sim`` agent (H00, demo corpus), 2 runs."""
     tmp.mkdir(parents=True, exist_ok=True)
-    path = tmp / "small.toml"
-    path.write_text(f"""name = "small"
-cards = ["{REPO / 'factor_cards' / 'travel_budget_en.json'}"]
-seeds = 1
-harnesses = ["H00"]
-concurrency = 2
-archive = "{tmp / 'archive'}"
-corpus = "{REPO / 'corpora' / 'demo' / 'corpus.jsonl'}"
-[budget]
-max_model_calls = 24
-max_tool_calls = 40
-[[models]]
-name = "sim-agent"
-protocol = "sim"
-model = "sim-agent-v1"
-""")
-    return path
+    return memory_study(tmp, runs=2, max_model_calls=24)
 
 
 def cli_run(tmp: Path) -> dict[str, object]:
