@@ -127,25 +127,47 @@ retry = {{ max_connections = {inflight}, max_attempts = 1 }}
     return path
 
 
-def _cpu(server_pid: int | None) -> dict[str, float]:
+def _cpu(server_pid: int) -> dict[str, float]:
     """CPU seconds (user + system) so far of this process (the study's parent, the final reindex included),
-    of its ended children (the worker processes, their start included) and of the loopback server."""
-    own, ended = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    ticks = Path(f"/proc/{server_pid}/stat").read_text().rpartition(")")[2].split()[11:13]  # utime, stime
-    return {"parent": own.ru_utime + own.ru_stime, "workers": ended.ru_utime + ended.ru_stime,
-            "server": sum(int(t) for t in ticks) / os.sysconf("SC_CLK_TCK")}
+    of the worker processes (their start included: the fork server's children and the fork server itself, whose
+    imports are the workers' start, and multiprocessing's resource tracker) and of the loopback server."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    return {"parent": own.ru_utime + own.ru_stime, "workers": _workers(server_pid), "server": _ticks(server_pid)}
+
+
+def _stat(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
 
 
 def _ticks(pid: int) -> float:
     """CPU seconds (user + system) of a live process."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    fields = _stat(pid)
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _children() -> list[int]:
-    """This process's live child processes (the server, the workers, multiprocessing's resource tracker)."""
-    tasks = Path(f"/proc/{os.getpid()}/task")
-    return [int(pid) for task in tasks.iterdir() for pid in (task / "children").read_text().split()]
+def _tree(pid: int) -> float:
+    """CPU seconds of a live process, of the children it waited for and of its live descendants."""
+    fields = _stat(pid)
+    done = sum(int(t) for t in fields[11:15]) / os.sysconf("SC_CLK_TCK")  # utime, stime, cutime, cstime
+    return done + sum(_tree(child) for child in _children(pid))
+
+
+def _workers(server_pid: int) -> float:
+    """CPU seconds of every process this one started except the loopback server: those it waited for, and the
+    live ones with their descendants (the fork server and the workers it forked)."""
+    ended = resource.getrusage(resource.RUSAGE_CHILDREN)
+    live = 0.0
+    for pid in _children(os.getpid()):
+        if pid != server_pid:
+            with contextlib.suppress(OSError, ValueError):  # one that just ended
+                live += _tree(pid)
+    return ended.ru_utime + ended.ru_stime + live
+
+
+def _children(pid: int) -> list[int]:
+    """The live child processes of ``pid``."""
+    tasks = Path(f"/proc/{pid}/task")
+    return [int(child) for task in tasks.iterdir() for child in (task / "children").read_text().split()]
 
 
 class Steady(threading.Thread):
@@ -166,8 +188,7 @@ class Steady(threading.Thread):
             own = resource.getrusage(resource.RUSAGE_SELF)
             with contextlib.suppress(OSError, ValueError):  # a worker that just ended
                 self.samples.append((self.served.value, time.perf_counter(), {
-                    "parent": own.ru_utime + own.ru_stime,
-                    "workers": sum(_ticks(p) for p in _children() if p != self.server_pid),
+                    "parent": own.ru_utime + own.ru_stime, "workers": _workers(self.server_pid),
                     "server": _ticks(self.server_pid)}))
 
     def figures(self, before: int, calls: int) -> dict[str, Any]:
@@ -222,6 +243,7 @@ def main() -> None:
                     "target_calls_per_s": TARGETS.get(inflight), "ideal_calls_per_s": ideal,
                     "calls_per_s_incl_start_and_reindex": round(calls / wall, 1),
                     "cpu_ms_per_call": {role: round(ms, 2) for role, ms in cpu.items()},
+                    "workers_cpu_s": round(cpu["workers"] * calls / 1000, 2),
                     "steady_5_to_95pct": middle,
                     "load_avg_1m": round(os.getloadavg()[0], 2),
                 }), flush=True)

@@ -36,8 +36,6 @@ from draligned.archive import Archive
 from draligned.archive.store import remove_stale_temp_files
 from draligned.archive.writer import RunWriter, new_record
 from draligned.executors import RunSetup, executor_for
-from draligned.guards import check_intact
-from draligned.indexing import refresh
 from draligned.models import ModelAPI, get_model
 from draligned.models.base import RETRY_LISTENER
 from draligned.models.cache import CachedModel, ReplayCache
@@ -430,6 +428,8 @@ async def _run_with(study: Study, archive: Archive, search: StudySearch,
         else:
             held.enter_context(part.locked(archive))
         result = await _run_locked(study, archive, search, slots, models, verify, progress, execute, part is None)
+        from draligned.indexing import refresh  # here: DuckDB and every table's supplier, which workers never need
+
         # still under the run lock, so no other run's records arrive meanwhile; a run that wrote nothing
         # keeps an index built from the files as they are (a resume of a finished study rebuilds nothing)
         refresh(archive)
@@ -452,6 +452,8 @@ async def _run_locked(study: Study, archive: Archive, search: StudySearch, slots
     """Check the run records, clean what killed runs left, plan again and run every slot still to do (only
     those of the prepared ``models``: a slot that became unfinished meanwhile waits for the next run).
     Only a run ``alone`` on the archive removes workspaces: a part cannot tell a live part's from a dead one's."""
+    from draligned.guards import check_intact  # here: the evaluator's and the plans' modules, which workers never need
+
     check_intact(archive, verify, records_only=True)  # a damaged record would pass for a finished slot
     remove_stale_temp_files(archive)
     if alone:

@@ -22,10 +22,7 @@ from pathlib import Path
 from typing import Protocol
 
 from draligned.archive import Archive, ArchiveError
-from draligned.archive.merge import apply_merge, plan_merge
-from draligned.guards import open_archive
 from draligned.hashing import sha256_bytes
-from draligned.indexing import rebuild, verify
 from draligned.study import StudyError
 
 LOCK_NAME = ".run.lock"
@@ -158,6 +155,8 @@ def merge_archives(sources: list[str | Path], into: str | Path) -> MergeResult:
     damaged shard, a path with different bytes, a slot finished in two shards) copies nothing; no run may
     write to any of them meanwhile. Raises ArchiveError naming each file.
     """
+    from draligned.guards import open_archive  # the merges' modules load only for a merge, not for a run's locks
+
     shards = [open_archive(s) for s in sources]
     target = Archive(into)
     if target.root.exists() and any(target.root.iterdir()):
@@ -175,6 +174,9 @@ def merge_locked(shards: list[Archive], target: Archive, index: bool = True) -> 
     """``merge_archives`` for a caller that holds the archives' run locks (the Ray driver); ``index`` False
     leaves the index to the caller (the Ray driver removes the merged shards from the archive first, which
     would make a fresh index stale)."""
+    from draligned.archive.merge import apply_merge, plan_merge
+    from draligned.indexing import rebuild, verify
+
     damaged = [line for archive in (target, *shards) for line in verify(archive)]
     if damaged:
         raise ArchiveError("refusing to merge damaged archives, nothing was copied:\n" + "\n".join(damaged))

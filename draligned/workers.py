@@ -14,10 +14,13 @@ N - 1 worker processes for the others, which it serves over one Unix socket (JSO
   all of their outcomes, and an uncontended request costs no message to the parent.
 
 Workers write their runs into the one archive directly (its files are write-once and content-addressed,
-each run has its own writer). They are started with the ``spawn`` context (a fresh interpreter with the
-parent's environment and directory, never a fork of the running event loop; they start in parallel, so
-the import costs about a second of wall time whatever N) and die with the parent: its kill closes the
-socket, and a worker whose parent is gone stops. The study's ``concurrency`` is split over the processes, so it still
+each run has its own writer). They are forked by multiprocessing's fork server: a fresh interpreter (never a
+fork of the running event loop) started once per parent process, which has imported this module and the
+study's model protocols (the ``openai`` SDK: about a second of CPU), so each worker starts as a fork of it
+instead of importing all of that again (N - 1 workers, and every later study of the same process). A worker
+takes the parent's environment and directory as they are when it starts, and dies with the parent: its kill
+closes the socket, and a worker whose parent is gone stops. The workers start from a thread while the
+parent's own lanes run. The study's ``concurrency`` is split over the processes, so it still
 bounds the runs in flight.
 """
 
@@ -29,6 +32,8 @@ import gc
 import itertools
 import json
 import multiprocessing
+import os
+import pickle
 import shutil
 import signal
 import sys
@@ -36,12 +41,13 @@ import tempfile
 import threading
 import traceback
 from collections.abc import Callable, Coroutine, Iterator
-from multiprocessing.context import SpawnProcess
+from multiprocessing.context import ForkServerContext, ForkServerProcess
 from pathlib import Path
 from typing import Any
 
 from draligned.archive import Archive
 from draligned.models import ModelAPI
+from draligned.models.base import PROTOCOLS
 from draligned.models.limits import ConnectionLimit, LeasedLimit, Lender
 from draligned.records import Slot
 from draligned.runner import Dispatch, Execute, RunOutcome, in_process, open_study_search, prepare_models, run_slots
@@ -183,22 +189,28 @@ async def _serve(study: Study, search: StudySearch, models: dict[str, ModelAPI],
     tmp = Path(tempfile.mkdtemp(prefix="draligned-workers-"))
     path = tmp / "parent.sock"
     server = await asyncio.start_unix_server(serve, path, limit=LINE_LIMIT)
-    context = multiprocessing.get_context("spawn")  # a fresh interpreter: no fork of a running event loop
-    procs: list[SpawnProcess] = []
+    context = fork_server(study)
+    # The study as it is now: its runs, which start meanwhile, attach what is not picklable (compiled schemas).
+    common = (sorted(models), sorted(lenders), dict(os.environ), os.getcwd())
+    frozen = pickle.dumps(study)
+    procs: list[ForkServerProcess] = [
+        context.Process(target=worker_main, args=(frozen, str(path), share, *common), daemon=True,
+                        name="draligned-worker")
+        for share in shares[1:]]
+    # From a thread: a fork server that is still importing answers only once it has (the lanes meanwhile run).
+    starting = asyncio.ensure_future(asyncio.to_thread(_start, procs))
     try:
-        for share in shares[1:]:
-            proc = context.Process(target=worker_main, args=(study, str(path), share, sorted(models), sorted(lenders)),
-                                   daemon=True, name="draligned-worker")
-            proc.start()
-            procs.append(proc)
         await run_slots(study, Archive(study.archive_root), search, models, take, end, shares[0], dispatch.retrying)
+        await starting
         for proc in procs:
             await asyncio.to_thread(proc.join)
     finally:
-        for proc in procs:  # interrupted (Ctrl-C, SIGTERM): each worker cancels its runs, which clean up
+        await asyncio.wait([starting])  # no worker starts after the study ended
+        started = [proc for proc in procs if proc.pid is not None]
+        for proc in started:  # interrupted (Ctrl-C, SIGTERM): each worker cancels its runs, which clean up
             if proc.is_alive():
                 proc.terminate()
-        for proc in procs:
+        for proc in started:
             await asyncio.to_thread(proc.join)
         server.close()
         shutil.rmtree(tmp, ignore_errors=True)
@@ -208,6 +220,11 @@ async def _serve(study: Study, search: StudySearch, models: dict[str, ModelAPI],
     if dead := [p.exitcode for p in procs if p.exitcode != 0]:
         raise WorkerFailed(f"worker processes died (exit codes {dead}); their running runs stay interrupted "
                            f"(run again to resume)")
+
+
+def _start(procs: list[ForkServerProcess]) -> None:
+    for proc in procs:
+        proc.start()
 
 
 class Channel:
@@ -256,11 +273,25 @@ class Channel:
         self._writer.close()
 
 
-def worker_main(study: Study, path: str, concurrency: int, names: list[str], shared: list[str]) -> None:
-    """A worker process: run slots from the parent at ``path``, ``concurrency`` at a time, until it has no
-    more; SIGTERM and Ctrl-C cancel the running runs (they clean their workspaces up) and end it."""
+def fork_server(study: Study) -> ForkServerContext:
+    """The fork server's context, with what a worker of ``study`` imports loaded in the server (when this
+    starts it: a server already running keeps what it loaded, and its workers import the rest)."""
+    context = multiprocessing.get_context("forkserver")
+    protocols = {PROTOCOLS[m.protocol].partition(":")[0] for m in study.spec.models if m.protocol in PROTOCOLS}
+    context.set_forkserver_preload([__name__, *sorted(protocols)])
+    return context
+
+
+def worker_main(study: bytes, path: str, concurrency: int, names: list[str], shared: list[str],
+                environ: dict[str, str], cwd: str) -> None:
+    """A worker process: run slots of the (pickled) ``study`` from the parent at ``path``, ``concurrency`` at a
+    time, until it has no more; SIGTERM and Ctrl-C cancel the running runs (they clean their workspaces up)
+    and end it. It runs in the parent's ``environ`` and ``cwd`` (the fork server's are those of its start)."""
+    os.environ.clear()
+    os.environ.update(environ)
+    os.chdir(cwd)
     try:
-        run_loop(_work(study, path, concurrency, set(names), set(shared)))
+        run_loop(_work(pickle.loads(study), path, concurrency, set(names), set(shared)))
     except (KeyboardInterrupt, asyncio.CancelledError):
         sys.exit(130)
 

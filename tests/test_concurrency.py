@@ -18,6 +18,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from draligned import indexing
 from draligned.archive import Archive
 from draligned.archive.index import rebuild_index
 from draligned.archive.tables import ArchiveTables
@@ -98,7 +99,7 @@ def test_rebuilds_by_reindex_read_report_and_stats_at_once_all_succeed(small, tm
 def test_run_holds_its_lock_through_reindexing_and_also_when_nothing_is_left_to_do(small, monkeypatch, capsys):
     study, archive = small
     held: list[bool] = []
-    real = __import__("draligned.runner", fromlist=["refresh"]).refresh
+    real = indexing.refresh  # the runner imports it when its study ends (workers never load the index)
 
     def refresh_checking_the_lock(arch: Archive):
         fd = os.open(arch.root / LOCK_NAME, os.O_RDWR)
@@ -111,7 +112,7 @@ def test_run_holds_its_lock_through_reindexing_and_also_when_nothing_is_left_to_
             os.close(fd)
         return real(arch)
 
-    monkeypatch.setattr("draligned.runner.refresh", refresh_checking_the_lock)
+    monkeypatch.setattr(indexing, "refresh", refresh_checking_the_lock)
     assert main(["run", str(study)]) == 0  # nothing left to do
     assert held == [True]
     fd = os.open(archive.root / LOCK_NAME, os.O_RDWR)  # another run holds the archive

@@ -7,9 +7,11 @@ import random
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from draligned.hashing import sha256_file
+from draligned.tools.bm25 import BM25
 from draligned.tools.corpus import (
     Corpus,
     CorpusDocument,
@@ -175,6 +177,52 @@ def test_small_corpus_hash_and_blank_lines(tmp_path: Path) -> None:
     assert [d.id for d in corpus.documents] == ["t1", "t2"]
     assert corpus.get("t2") == CorpusDocument(**_doc(2))  # type: ignore[arg-type]
     assert corpus.get("nope") is None
+
+
+def test_the_same_bytes_are_indexed_once_and_an_edited_file_anew(tmp_path: Path) -> None:
+    first = _write(tmp_path / "a.jsonl", [json.dumps(_doc(1)), json.dumps(_doc(2))])
+    corpus = load_corpus(first)
+    copy = tmp_path / "b.jsonl"
+    copy.write_bytes(first.read_bytes())
+    again, elsewhere = load_corpus(first), load_corpus(copy)
+    assert again is corpus  # nothing tokenized or indexed twice
+    assert elsewhere.path == copy and corpus.path == first  # each keeps the path it was loaded from
+    assert elsewhere.documents is corpus.documents and elsewhere.sha256 == corpus.sha256
+    _write(first, [json.dumps(_doc(1)), json.dumps(_doc(3, text="Body text about ferries."))])
+    edited = load_corpus(first)
+    assert edited.sha256 == sha256_file(first) != corpus.sha256
+    assert [d.id for d in edited] == ["t1", "t3"] and edited.search("ferries", 5)[0].doc_id == "t3"
+    assert [d.id for d in load_corpus(copy)] == ["t1", "t2"]
+
+
+def _bits(scores: np.ndarray) -> list[int]:
+    return np.asarray(scores, dtype=np.float32).view(np.uint32).tolist()
+
+
+def test_bm25_scores_are_those_of_bm25s_bit_for_bit(demo: Corpus) -> None:
+    """The corpus's own BM25 (numpy only) gives exactly the float32 scores of bm25s, which built the index
+    before: on the demo corpus (every term alone, and random queries with repeated terms) and on random
+    corpora with empty documents and repeated terms."""
+    import bm25s
+
+    rng = random.Random(7)
+
+    def same(docs: list[list[int]], n_terms: int, queries: list[list[int]]) -> None:
+        ref = bm25s.BM25(backend="numpy")
+        ref.index((docs, {f"t{i}": i for i in range(n_terms)}), show_progress=False)
+        ours = BM25(docs, n_terms)
+        for q in queries:
+            assert _bits(ours.scores(q)) == _bits(ref.get_scores_from_ids(q)), q
+
+    terms = [[demo._vocab[t] for t in tokenize(d.title) + tokenize(d.text)] for d in demo]
+    n = len(demo._vocab)
+    same(terms, n, [[t] for t in range(n)] + [[rng.randrange(n) for _ in range(rng.randint(1, 8))]
+                                              for _ in range(300)])
+    for _ in range(40):
+        v = rng.randint(1, 40)
+        docs = [[rng.randrange(v) for _ in range(rng.randint(0, 30))] for _ in range(rng.randint(1, 25))]
+        docs[0].append(0)  # at least one term in the corpus
+        same(docs, v, [[rng.randrange(v) for _ in range(rng.randint(1, 5))] for _ in range(20)])
 
 
 # --------------------------------------------------------------------------- tokenizer

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import multiprocessing.forkserver
 import os
 import signal
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,7 +19,8 @@ from draligned.archive import Archive
 from draligned.cli import main
 from draligned.models.limits import ConnectionLimit, LeasedLimit, Lender
 from draligned.records import FINISHED
-from draligned.workers import GC_THRESHOLD, lanes, run_loop
+from draligned.study import load_study
+from draligned.workers import GC_THRESHOLD, fork_server, lanes, run_loop
 from tests.loopback_wire import WireServer
 from tests.processes import start_cli
 from tests.study_helpers import REPO, write_study
@@ -89,17 +92,13 @@ class CountingServer(WireServer):
         return super().reply(kind, number)
 
 
-@pytest.mark.slow
-def test_a_model_connection_limit_holds_across_two_workers(tmp_path, monkeypatch):
-    """max_connections = 2 with 8 runs in flight over two processes (4 lanes each, so a limit per process
-    would let 4 through): the server never answers more than 2 requests at once, and does answer 2."""
-    monkeypatch.setenv("WORKERS_KEY", "sk-workers")
-    with CountingServer() as server:
-        study = tmp_path / "limit.toml"
-        study.write_text(f"""name = "limit"
+def openai_study(path: Path, seeds: int, concurrency: int, base_url: str, key_env: str, retry: str = "") -> Path:
+    """A study at ``path`` of the demo travel card with one ``openai-chat`` model at ``base_url`` (archive
+    ``archive`` beside it)."""
+    path.write_text(f"""name = "{path.stem}"
 cards = ["{REPO / 'factor_cards' / 'travel_budget_en.json'}"]
-seeds = 8
-concurrency = 8
+seeds = {seeds}
+concurrency = {concurrency}
 archive = "archive"
 corpus = "{REPO / 'corpora' / 'demo' / 'corpus.jsonl'}"
 
@@ -107,13 +106,38 @@ corpus = "{REPO / 'corpora' / 'demo' / 'corpus.jsonl'}"
 name = "m"
 protocol = "openai-chat"
 model = "requested"
-base_url = "{server.base_url}"
-api_key_env = "WORKERS_KEY"
-retry = {{ max_connections = 2 }}
+base_url = "{base_url}"
+api_key_env = "{key_env}"
+{retry}
 """)
+    return path
+
+
+@pytest.mark.slow
+def test_a_model_connection_limit_holds_across_two_workers(tmp_path, monkeypatch):
+    """max_connections = 2 with 8 runs in flight over two processes (4 lanes each, so a limit per process
+    would let 4 through): the server never answers more than 2 requests at once, and does answer 2."""
+    monkeypatch.setenv("WORKERS_KEY", "sk-workers")
+    with CountingServer() as server:
+        study = openai_study(tmp_path / "limit.toml", 8, 8, server.base_url, "WORKERS_KEY",
+                             "retry = { max_connections = 2 }")
         assert main(["run", str(study), "--workers", "2"]) == 0
     assert len(server.log) == 16 and server.most == 2
     assert len(_finished_per_slot(Archive(tmp_path / "archive"))) == 16
+
+
+@pytest.mark.slow
+def test_workers_run_in_the_environment_of_their_study_not_of_the_fork_server(tmp_path, monkeypatch):
+    """Workers are forks of a server that outlives a study: a study's workers see the environment as it is
+    when the study runs (a key set after the server started), and fail without it."""
+    with WireServer("openai-chat", ["submit"]) as server:
+        later = openai_study(tmp_path / "later.toml", 1, 2, server.base_url, "LATER_KEY")
+        fork_server(load_study(later))
+        multiprocessing.forkserver.ensure_running()  # as an earlier study of this process would have
+        monkeypatch.setenv("LATER_KEY", "sk-later")
+        assert main(["run", str(later), "--workers", "2"]) == 0  # a worker without the key fails the study
+    assert {e["headers"]["authorization"] for e in server.log} == {"Bearer sk-later"}
+    assert len(_finished_per_slot(Archive(tmp_path / "archive"))) == 2
 
 
 def test_a_bad_worker_count_is_refused_before_anything_runs(tmp_path, monkeypatch, capsys):

@@ -21,7 +21,7 @@ NO_VERIFY_HELP = "do not check the archive's hashes first (faster on a big archi
 COMMANDS: dict[str, tuple[str, str]] = {
     "cards": ("cards", "validate, export and construct factor cards"),
     "run": ("run", "run a study (resumes: finished slots are skipped)"),
-    "demo": ("run", "run the bundled offline demo study with the simulated agent"),
+    "demo": ("demo", "run the bundled offline demo study with the simulated agent"),
     "archive": ("archive", "inspect, verify and index an archive"),
     "acquisition": ("acquisition", "web acquisition: export what an archive saw as a corpus, or its figures"),
     "read": ("evaluate", "read an archive with an evaluator (idempotent, resumable)"),

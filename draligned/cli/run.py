@@ -1,11 +1,10 @@
-"""`draligned run STUDY.toml` and `draligned demo --out DIR`."""
+"""`draligned run STUDY.toml`: the study's progress bars and its summary (also drawn by `draligned demo`)."""
 
 from __future__ import annotations
 
 import argparse
 import os
 import signal
-import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,9 +16,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from rich.table import Table
 
 from draligned.cli import add_command
-from draligned.cli.cess_archive import pairs_text, pool_estimates_text
-from draligned.cli.evaluate import print_pair_matrix
-from draligned.demo import DEMO_PLAN, DemoResult, DemoStage, run_demo
 from draligned.models.cache import CACHE_MODES
 from draligned.runner import ProgressCallback, RunProgress, StudyResult
 from draligned.shards import Shard, parse_shard
@@ -27,11 +23,6 @@ from draligned.study import StudyError
 from draligned.workflow import STUDY_ERRORS, StudyInterrupted, run_study_file
 
 T = TypeVar("T")
-
-_STAGE_NOTES = {
-    "read": "Reading the archive with the SIMULATOR evaluator (lexical, offline; not a language model).",
-    "pool": "\ndraligned demo, part 2: logged candidate-pool search (CESS) with the same simulator.",
-}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -59,9 +50,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     where.add_argument("--ray", metavar="ADDRESS", help="run each slot as a Ray task on the cluster at ADDRESS "
                                                         "('local': start one here); needs draligned[ray]")
     p.set_defaults(func=cmd_run)
-    d = add_command(sub, "demo")
-    d.add_argument("--out", required=True, help="output directory; the archive goes to OUT/archive")
-    d.set_defaults(func=cmd_demo)
 
 
 def _workers(text: str) -> int:
@@ -90,7 +78,7 @@ def _shard(text: str) -> Shard:
 
 
 @contextmanager
-def _progress_bars(console: Console) -> Iterator[ProgressCallback]:
+def progress_bars(console: Console) -> Iterator[ProgressCallback]:
     """A callback drawing one rich progress bar per study from the runner's events (on a terminal only),
     with the live counts of completed, failed and retrying runs and the cost so far when priced."""
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -114,7 +102,7 @@ def live_counts(event: RunProgress) -> str:
     return " · ".join(parts)
 
 
-def _guarded(console: Console, work: Callable[[], T]) -> tuple[int, T | None]:
+def guarded(console: Console, work: Callable[[], T]) -> tuple[int, T | None]:
     """Run a study workflow; its input errors and Ctrl-C become an exit code and a message, not a traceback."""
     try:
         return 0, work()
@@ -124,21 +112,21 @@ def _guarded(console: Console, work: Callable[[], T]) -> tuple[int, T | None]:
                       f"command again to resume (interrupted runs are rerun as new attempts)", soft_wrap=True)
         return 128 + exc.signum, None  # 130 Ctrl-C, 143 SIGTERM
     except STUDY_ERRORS as exc:
-        _error(console, str(exc))
+        print_error(console, str(exc))
         return 2, None
 
 
-def _error(console: Console, message: str) -> None:
+def print_error(console: Console, message: str) -> None:
     # Not wrapped (paths stay on one line, greppable) and not read as markup ("['p']" is text).
     console.print(f"[red]error:[/red] {escape(message)}", soft_wrap=True)
 
 
-def _study_code(result: StudyResult) -> int:
+def study_code(result: StudyResult) -> int:
     """1 when some runs failed or some slots were left unstarted (cost cap, unreachable model), else 0."""
     return 1 if result.statuses.get("failed", 0) or result.not_started else 0
 
 
-def _summary(result: StudyResult) -> None:
+def print_summary(result: StudyResult) -> None:
     table = Table(title=f"Study summary ({result.archive.root})")
     table.add_column("slots", justify="right")
     table.add_column("skipped (already finished)", justify="right")
@@ -161,61 +149,12 @@ def _summary(result: StudyResult) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
-    with _progress_bars(console) as bars:
-        code, result = _guarded(console, lambda: run_study_file(
+    with progress_bars(console) as bars:
+        code, result = guarded(console, lambda: run_study_file(
             Path(args.study), args.archive, args.cache, args.cache_dir, bars, verify=not args.no_verify,
             acquisition=args.acquisition, acquisition_store=args.acquisition_store,
             workers=args.workers or default_workers(), part=args.shard, ray=args.ray))
     if result is None:
         return code
-    _summary(result)
-    return _study_code(result)
-
-
-def cmd_demo(args: argparse.Namespace) -> int:
-    console = Console(stderr=True)
-    print("draligned demo: the agent is the offline SIMULATOR (protocol 'sim'), not a language model.",
-          file=sys.stderr)
-    with _progress_bars(console) as bars:
-
-        def progress(event: DemoStage | RunProgress) -> None:
-            if isinstance(event, DemoStage):
-                console.print(_STAGE_NOTES[event.stage], markup=False, highlight=False, soft_wrap=True)
-            else:
-                bars(event)
-
-        code, result = _guarded(console, lambda: run_demo(Path(args.out), progress))
-    return code if result is None else _print_demo(result)
-
-
-def _print_demo(result: DemoResult) -> int:
-    """Print what the demo did and where everything is; returns the exit code."""
-    _summary(result.study)
-    archive, report_dir, reading = result.archive.root, result.report_dir, result.reading
-    if result.problems:
-        print("\n".join(result.problems) + f"\nerror: the archive is damaged ({len(result.problems)} problem(s)), "
-              f"so it was not read and {report_dir} was not (re)written", file=sys.stderr)
-        return 2
-    if reading is None:
-        print(f"error: {result.damaged}\nThe archive is damaged, so it was not read and {report_dir} was not "
-              f"(re)written. See: draligned archive verify {archive}", file=sys.stderr)
-        return 2
-    print_pair_matrix(reading.cells, "final")
-    print(f"\nArchive: {archive}\nReport:  {reading.report.html}\nNext:\n"
-          f"  draligned archive verify {archive}\n"
-          f"  draligned archive ls {archive}\n"
-          f"  draligned archive stats {archive} --json\n"
-          f"  draligned states {archive} --evaluator {reading.evaluator_id} --json\n"
-          f"  draligned report {archive} --plan {DEMO_PLAN} --evaluator {reading.evaluator_id} "
-          f"--out {report_dir} --show-sql")
-    code = _study_code(result.study)
-    if result.pool is None:
-        _error(Console(stderr=True), str(result.pool_error))
-        return code or 2
-    pool, pool_archive = result.pool, result.pool.study.archive.root
-    _summary(pool.study)
-    print(pool_estimates_text(pool.runs) + "\n\n" + pairs_text(pool.pairs))
-    print(f"\nPool archive: {pool_archive}\nPool report:  {pool.report.html}\n"
-          f"  draligned cess pairs {pool_archive}\n"
-          f"  draligned cess export {pool_archive} --out trajectories.jsonl")
-    return code or _study_code(pool.study) or (1 if reading.summary.model_errors else 0)
+    print_summary(result)
+    return study_code(result)

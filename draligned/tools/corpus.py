@@ -6,8 +6,11 @@ the only thing that differs between counterfactual arms is the prompt, never the
 
 from __future__ import annotations
 
+import copy
 import re
+import threading
 import unicodedata
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from functools import lru_cache
 from pathlib import Path
@@ -18,6 +21,7 @@ from pydantic import Field
 
 from draligned.hashing import sha256_bytes
 from draligned.records import Record
+from draligned.tools.bm25 import BM25
 from draligned.tools.jsonl import parse_documents, read_file
 
 __all__ = [
@@ -191,16 +195,11 @@ class Corpus:
             raise CorpusError(f"{path}: document ids and urls must be unique")
 
         doc_tokens = [tokenize(d.title) + tokenize(d.text) for d in self._docs]
-        # Own vocabulary with a sorted (hence run-independent) term order; bm25s accepts
-        # a (token_ids_per_doc, vocab_dict) tuple as pre-tokenized input.
+        # Own vocabulary with a sorted (hence run-independent) term order.
         self._vocab: dict[str, int] = {
             tok: i for i, tok in enumerate(sorted({t for toks in doc_tokens for t in toks}))
         }
-        corpus_ids = [[self._vocab[t] for t in toks] for toks in doc_tokens]
-        import bm25s  # imported here: it loads scipy.sparse, which commands that search nothing do not need
-
-        self._bm25 = bm25s.BM25(backend="numpy")
-        self._bm25.index((corpus_ids, dict(self._vocab)), show_progress=False)
+        self._bm25 = BM25([[self._vocab[t] for t in toks] for toks in doc_tokens], len(self._vocab))
 
     def __len__(self) -> int:
         """Number of documents."""
@@ -227,9 +226,7 @@ class Corpus:
         """BM25 score of every document for ``query`` (float32, file order; zeros if no term matches)."""
         terms = list(dict.fromkeys(tokenize(query)))  # dedupe, keep first-seen order
         ids = [self._vocab[t] for t in terms if t in self._vocab]
-        if not ids:
-            return np.zeros(len(self._docs), dtype=np.float32)
-        return np.asarray(self._bm25.get_scores_from_ids(ids), dtype=np.float32)
+        return self._bm25.scores(ids)
 
     def search(self, query: str, k: int) -> list[SearchHit]:
         """Top ``k`` documents with a positive BM25 score, best first.
@@ -252,15 +249,40 @@ class Corpus:
         return hits
 
 
+LOADED, LOADED_BYTES = 4, 8 << 20
+"""Corpora ``load_corpus`` keeps, by the sha256 of their bytes, and the largest file it keeps: a process
+running many studies over one corpus (the tests, a study's stages) tokenizes and indexes it once."""
+
+_loaded: OrderedDict[str, Corpus] = OrderedDict()
+_loaded_lock = threading.Lock()  # studies may run in several threads of one process
+
+
 def load_corpus(path: str | Path) -> Corpus:
     """Load a JSONL corpus (one ``CorpusDocument`` object per line; blank lines skipped).
 
     Raises ``CorpusError`` whose message starts with ``<file>:<line>:`` and names the
     offending field for invalid JSON, non-object lines, missing/invalid/extra fields and
-    duplicate ids or urls.
+    duplicate ids or urls. The file is read and hashed every time; bytes loaded before (by any path)
+    give the corpus built from them then, so an edited file is never served stale.
     """
     path = Path(path)
     raw = read_file(path, CorpusError, "corpus")
+    sha256 = sha256_bytes(raw)
+    with _loaded_lock:
+        if (known := _loaded.get(sha256)) is not None:
+            _loaded.move_to_end(sha256)
+    if known is not None:
+        if known.path == path:
+            return known
+        same = copy.copy(known)  # the documents and index are shared (nothing changes them), the path is its own
+        same.path = path
+        return same
     docs = parse_documents(raw, path, CorpusDocument, CorpusError, "corpus",
                            lambda d: [("id", d.id, d.id), ("url", _url_key(d.url), d.url)])
-    return Corpus(docs, path=path, sha256=sha256_bytes(raw))
+    corpus = Corpus(docs, path=path, sha256=sha256)
+    if len(raw) <= LOADED_BYTES:
+        with _loaded_lock:
+            _loaded[sha256] = corpus
+            if len(_loaded) > LOADED:
+                _loaded.popitem(last=False)
+    return corpus

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from draligned.archive.writer import RunWriter
 from draligned.cess.pool import PoolController, PoolIndex
@@ -32,7 +33,9 @@ from draligned.tools.corpus import Corpus, CorpusDocument, SearchHit, load_corpu
 from draligned.tools.pool_file import LoadedPool, load_pool
 from draligned.tools.search_spec import SearchSpec
 from draligned.tools.web import open_web
-from draligned.tools.web.backend import RunWeb, StudyWeb
+
+if TYPE_CHECKING:  # the web backend imports httpx: only a study that uses it loads it (in open_web)
+    from draligned.tools.web.backend import StudyWeb
 
 SPENT_MESSAGE = (
     "The search budget for this pool is spent: search returns no more documents in this run. "
@@ -112,6 +115,8 @@ class StudySearch:
         """The corpus, the study's web seen from this run's archive, or a fresh logged pool backend for this
         run's card and cell, logging through ``writer``."""
         if self.web is not None:
+            from draligned.tools.web.backend import RunWeb  # loaded already by open_web
+
             return RunWeb(self.web, writer.archive)
         cond = slot.search_condition
         if cond is None:

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from draligned.tools.search_spec import SearchSpec
-from draligned.tools.web.provider import Provider
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # both import httpx, which a study without a web backend never needs (its workers neither)
     from draligned.tools.web.backend import StudyWeb
+    from draligned.tools.web.provider import Provider
 
 #: backend name -> "module:Class"; imported only when a study uses the backend.
 PROVIDERS: dict[str, str] = {
