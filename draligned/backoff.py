@@ -75,9 +75,11 @@ async def retry_with_backoff(
         asked = asked_wait(exc) if exc is not None else None
         return max(backoff(state), asked or 0.0)
 
-    def past_deadline(state: tenacity.RetryCallState) -> bool:
-        """``stop_before_delay(max_total_s)`` counted from the first attempt's start, not tenacity's."""
-        return time.monotonic() - started + (state.upcoming_sleep or 0.0) >= bounds.max_total_s
+    def stop(state: tenacity.RetryCallState) -> bool:
+        """``stop_after_attempt(max_attempts) | stop_before_delay(max_total_s)``, the delay counted from the first
+        attempt's start (tenacity's own clock starts after it)."""
+        return (state.attempt_number >= bounds.max_attempts
+                or time.monotonic() - started + (state.upcoming_sleep or 0.0) >= bounds.max_total_s)
 
     def record_wait(state: tenacity.RetryCallState) -> None:
         attempts[-1] = attempts[-1].model_copy(update={"wait_s": round(state.upcoming_sleep, 3)})
@@ -86,7 +88,7 @@ async def retry_with_backoff(
 
     retrying = tenacity.AsyncRetrying(
         sleep=lambda s: SLEEP(s),
-        stop=tenacity.stop_after_attempt(bounds.max_attempts) | past_deadline,
+        stop=stop,
         wait=wait,
         retry=tenacity.retry_if_exception(retryable),
         before_sleep=record_wait,

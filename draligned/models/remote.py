@@ -60,7 +60,8 @@ class RemoteModel(ModelAPI):
         self.connections = (ConnectionLimit(r.auto_start, r.auto_min, r.auto_max) if r.max_connections == "auto"
                             else ConnectionLimit(r.max_connections))
         """The model's connection limit, shared by every run of the study."""
-        self._headers = {"Content-Type": "application/json", RAW_RESPONSE: self.raw_response_mode, **declaration.headers}
+        self._headers = {"Content-Type": "application/json", RAW_RESPONSE: self.raw_response_mode,
+                         **declaration.headers}
         """The headers every call sends: JSON, the raw-response marker and the declared headers verbatim."""
 
     # ------------------------------------------------------------------ protocol hooks
