@@ -14,11 +14,11 @@ inspect_ai with minimised logging; then, when an ``openai-chat`` study ran, ``be
 in a process of its own (no draligned imported): the bare SDK with the bodies that study sent, against the
 same server (``bare_sdk_create``: ``chat.completions.create``; ``bare_sdk_post``: the lower-level request path
 draligned uses), with the calls/s 2 cores could carry for the SDK and the server alone: the floor under any
-harness on this SDK. The studies run as ``draligned run`` runs them (``run_loop``). It prints one JSON object:
-per system the harness ms per model call (from the first model request to the last model reply, as the model saw them, over calls - 1:
-the study's fixed setup and final reindex, or inspect's log finish, are not per-call costs) and end to
-end (the whole ``run_study`` or ``eval`` over calls), the best and median over repetitions, the
-targets next to them and the ratios inspect / draligned.
+harness on this SDK. The studies run as ``draligned run`` runs them (``run_loop``). It prints one JSON
+object: per system the harness ms per model call (from the first model request to the last model reply, as
+the model saw them, over calls - 1: the study's fixed setup and final reindex, or inspect's log finish,
+are not per-call costs) and end to end (the whole ``run_study`` or ``eval`` over calls), the best and
+median over repetitions, the targets next to them and the ratios inspect / draligned.
 
 Targets (2 cores): draligned scripted <= 1.0 ms per model call, draligned openai-chat <= 2.0 ms.
 """
