@@ -10,11 +10,15 @@ Every repetition runs, in turn: draligned with the scripted model; draligned ``o
 the official ``openai`` SDK on its default transport here (``retry.http_client = "aiohttp"``) against a
 loopback chat-completions server in a separate process (its CPU is not counted); with
 ``--only openai-chat-httpx``, the same on the SDK's httpx transport; inspect_ai with its default logging;
-inspect_ai with minimised logging. It prints one JSON object: per system the harness ms per model
-call (from the first model request to the last model reply, as the model saw them, over calls - 1:
-the study's fixed setup and final reindex, or inspect's log finish, are not per-call costs) and end to
-end (the whole ``run_study`` or ``eval`` over calls), the best and median over repetitions, the
-targets next to them and the ratios inspect / draligned.
+inspect_ai with minimised logging; then, when an ``openai-chat`` study ran, ``benchmarks/bare_sdk.py``
+in a process of its own (no draligned imported): the bare SDK with the bodies that study sent, against the
+same server (``bare_sdk_create``: ``chat.completions.create``; ``bare_sdk_post``: the lower-level request path
+draligned uses), with the calls/s 2 cores could carry for the SDK and the server alone: the floor under any
+harness on this SDK. The studies run as ``draligned run`` runs them (``run_loop``). It prints one JSON
+object: per system the harness ms per model call (from the first model request to the last model reply, as
+the model saw them, over calls - 1: the study's fixed setup and final reindex, or inspect's log finish,
+are not per-call costs) and end to end (the whole ``run_study`` or ``eval`` over calls), the best and
+median over repetitions, the targets next to them and the ratios inspect / draligned.
 
 Targets (2 cores): draligned scripted <= 1.0 ms per model call, draligned openai-chat <= 2.0 ms.
 """
@@ -29,20 +33,22 @@ import multiprocessing
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from draligned.models import ModelAPI
 from draligned.models.base import PROTOCOLS
 from draligned.models.options import OPTIONS, NoOptions
-from draligned.records import Message, ModelReply, ToolCall, ToolSpec, Usage
+from draligned.records import Message, ModelCallEvent, ModelReply, ToolCall, ToolSpec, Usage
 from draligned.runner import RunProgress, run_study
 from draligned.study import load_study
+from draligned.workers import run_loop
 
 REPO = Path(__file__).resolve().parent.parent
 CARD = REPO / "factor_cards/travel_budget_en.json"
@@ -176,11 +182,11 @@ def server_window(port: int) -> tuple[float, int]:
 
 
 def time_draligned(study_path: Path, window: Callable[[], tuple[float, int]] | None,
-                   profile: cProfile.Profile | None = None) -> dict[str, float]:
+                   profile: cProfile.Profile | None = None, bodies: list[Any] | None = None) -> dict[str, float]:
     """Run the study: harness ms per model call over the model-call window (first request to last reply, as
     the model saw them; ``window`` None: the scripted model's stamps), the harness process's CPU ms per call
     from the first run's start to the last run's end, and wall ms per call end to end (study setup and the
-    final reindex included)."""
+    final reindex included). ``bodies``, when given, receives every archived request body."""
     study = load_study(study_path)
     marks: list[float] = []
 
@@ -191,7 +197,7 @@ def time_draligned(study_path: Path, window: Callable[[], tuple[float, int]] | N
     t0 = time.perf_counter()
     if profile is not None:
         profile.enable()
-    result = asyncio.run(run_study(study, progress, verify=False))
+    result = run_loop(run_study(study, progress, verify=False))  # as `draligned run` runs it (the collector set)
     if profile is not None:
         profile.disable()
     wall = time.perf_counter() - t0
@@ -200,6 +206,9 @@ def time_draligned(study_path: Path, window: Callable[[], tuple[float, int]] | N
     bad = [r.status_reason for r in records if r.status != "completed"]
     if bad or calls != CALLS_PER_RUN * len(records):
         raise SystemExit(f"benchmark study did not run as scripted: {calls} calls, failures {bad[:3]}")
+    if bodies is not None:
+        bodies.extend(json.loads(result.archive.get_blob(e.request_blob))
+                      for r in records for e in r.events if isinstance(e, ModelCallEvent))
     span, seen = (STAMPS[-1] - STAMPS[0], len(STAMPS)) if window is None else window()
     cpu = marks[-1] - marks[0]
     assert seen == calls, (seen, calls)
@@ -214,6 +223,16 @@ def time_inspect(runs: int, log_dir: Path, minimised: bool) -> dict[str, float]:
     span, cpu = INSPECT_STAMPS[-1] - INSPECT_STAMPS[0], CPU[-1] - CPU[0]
     return {"ms_per_call": 1000 * span / (calls - 1), "cpu_ms_per_call": 1000 * cpu / (calls - 1),
             "end_to_end_ms_per_call": 1000 * wall / calls}
+
+
+def time_bare_sdk(port: int, server_pid: int | None, bodies_file: Path) -> dict[str, dict[str, float]]:
+    """benchmarks/bare_sdk.py in a process of its own (no draligned imported): the bare SDK's CPU per call with
+    the same bodies against the same server, ``create`` and the lower-level ``post``."""
+    out = subprocess.run([sys.executable, str(Path(__file__).with_name("bare_sdk.py")), "--port", str(port),
+                          "--bodies", str(bodies_file), "--concurrency", str(CONCURRENCY),
+                          *(["--server-pid", str(server_pid)] if server_pid else [])],
+                         capture_output=True, text=True, check=True)
+    return cast(dict[str, dict[str, float]], json.loads(out.stdout))
 
 
 def summary(reps: list[dict[str, float]], target: float | None) -> dict[str, float | None]:
@@ -245,8 +264,10 @@ def main() -> None:
     server.start()
     port = ports.get(timeout=30)
     os.environ["BENCH_KEY"] = "bench-key"
+    bare: dict[str, list[dict[str, float]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
+        bodies_file = root / "bodies.json"
         for rep in range(args.reps):
             if "scripted" in only:
                 figures.setdefault("draligned_scripted", []).append(
@@ -254,9 +275,16 @@ def main() -> None:
             for system, name, client in (("openai-chat", "draligned_openai_chat", "aiohttp"),
                                          ("openai-chat-httpx", "draligned_openai_chat_httpx", "httpx")):
                 if system in only:
+                    sent: list[Any] | None = [] if system == "openai-chat" and not bodies_file.exists() else None
                     figures.setdefault(name, []).append(time_draligned(
                         write_study(root, args.runs, "openai-chat", f"http://127.0.0.1:{port}/v1", client),
-                        lambda: server_window(port), prof))
+                        lambda: server_window(port), prof, sent))
+                    if sent:
+                        bodies_file.write_text(json.dumps(sent))
+            if bodies_file.exists():  # the bare SDK with the bodies the openai-chat study sent
+                for way, figure in time_bare_sdk(port, server.pid, bodies_file).items():
+                    bare.setdefault(way, []).append(figure)
+                server_window(port)  # its requests are not the next study's
             if "inspect" in only:
                 for minimised, name in ((False, "inspect_default_logging"), (True, "inspect_minimised_logging")):
                     figures.setdefault(name, []).append(time_inspect(args.runs, root / f"logs-{name}-{rep}", minimised))
@@ -273,6 +301,13 @@ def main() -> None:
                            "(inspect: first to last model call), / (calls - 1): what a loaded machine inflates least"}
     for name, reps in figures.items():
         out[name] = summary(reps, TARGETS_MS.get(name))
+    for way, reps in bare.items():
+        best = min(reps, key=lambda r: r["cpu_ms_per_call"])
+        out[f"bare_sdk_{way}"] = {"cpu_ms_per_call_best": best["cpu_ms_per_call"],
+                                  "cpu_ms_per_call_median": round(statistics.median(
+                                      r["cpu_ms_per_call"] for r in reps), 3),
+                                  "server_cpu_ms_per_call": best["server_cpu_ms_per_call"],
+                                  "ceiling_calls_per_s_2_cores": best["ceiling_calls_per_s_2_cores"]}
     base = out.get("draligned_scripted")
     for name in ("inspect_default_logging", "inspect_minimised_logging"):
         if base and name in out:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import email.utils
+import time
 from collections.abc import Awaitable, Callable
 from typing import Protocol, TypeVar
 
@@ -53,13 +54,32 @@ async def retry_with_backoff(
     """Run ``attempt`` until it succeeds, raises what is not ``retryable``, or the bounds give up (the last
     exception propagates). ``attempt`` appends to ``attempts`` before raising; each wait is recorded on the
     last of them (``wait_s``) and ``on_retry`` is told before it is slept."""
+    started = time.monotonic()
+    try:  # the first attempt outside tenacity: nearly every call succeeds at once, and its per-call machinery
+        return await attempt()  # (a retry state, its iterator, stop and wait checks) was a twentieth of an SDK call
+    except BaseException as exc:  # tenacity's own test: what it would not retry propagates as raised
+        if not retryable(exc):
+            raise
+        first: list[BaseException] = [exc]
     backoff = tenacity.wait_exponential_jitter(multiplier=bounds.initial_wait_s, max=bounds.max_wait_s,
                                                jitter=bounds.initial_wait_s)
+
+    async def again() -> T:
+        """Tenacity's attempt 1 is the one that just failed (raised again, not sent again); then ``attempt``."""
+        if first:
+            raise first.pop()
+        return await attempt()
 
     def wait(state: tenacity.RetryCallState) -> float:
         exc = state.outcome.exception() if state.outcome else None
         asked = asked_wait(exc) if exc is not None else None
         return max(backoff(state), asked or 0.0)
+
+    def stop(state: tenacity.RetryCallState) -> bool:
+        """``stop_after_attempt(max_attempts) | stop_before_delay(max_total_s)``, the delay counted from the first
+        attempt's start (tenacity's own clock starts after it)."""
+        return (state.attempt_number >= bounds.max_attempts
+                or time.monotonic() - started + (state.upcoming_sleep or 0.0) >= bounds.max_total_s)
 
     def record_wait(state: tenacity.RetryCallState) -> None:
         attempts[-1] = attempts[-1].model_copy(update={"wait_s": round(state.upcoming_sleep, 3)})
@@ -68,13 +88,13 @@ async def retry_with_backoff(
 
     retrying = tenacity.AsyncRetrying(
         sleep=lambda s: SLEEP(s),
-        stop=tenacity.stop_after_attempt(bounds.max_attempts) | tenacity.stop_before_delay(bounds.max_total_s),
+        stop=stop,
         wait=wait,
         retry=tenacity.retry_if_exception(retryable),
         before_sleep=record_wait,
         reraise=True,
     )
-    result: T = await retrying(attempt)
+    result: T = await retrying(again)
     return result
 
 

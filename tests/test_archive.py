@@ -15,7 +15,7 @@ import duckdb
 import pytest
 
 from draligned.archive import Archive, ArchiveError
-from draligned.archive.store import indented_json, record_bytes, write_once
+from draligned.archive.store import indented_json, record_bytes, sealed_record_bytes, write_once
 from draligned.archive.tables import record_batches
 from draligned.cli import main
 from draligned.hashing import sha256_bytes, sha256_json
@@ -105,6 +105,15 @@ def test_record_bytes_are_unchanged_for_a_real_record(small_archive):
         record = Archive.load_record(path)
         assert record_bytes(record) == path.read_bytes() == (json.dumps(
             record.model_dump(mode="json"), indent=1, sort_keys=True, ensure_ascii=False) + "\n").encode()
+
+
+def test_a_record_is_sealed_and_written_from_one_dump_with_the_same_bytes(small_archive):
+    _, archive = small_archive
+    for path in [*archive.record_paths(), *archive.started_paths()]:
+        record = Archive.load_record(path).model_copy(update={"record_sha256": "", "status_reason": "changed"})
+        sealed, data = sealed_record_bytes(record)
+        assert sealed == record.sealed() and sealed.record_sha256 != Archive.load_record(path).record_sha256
+        assert data == record_bytes(record.sealed())
 
 
 def test_blobs_are_content_addressed(tmp_path):

@@ -30,7 +30,7 @@ from pydantic import ValidationError
 
 from draligned.archive.commit import GroupCommit
 from draligned.archive.errors import ArchiveError, refuse_overwrite
-from draligned.hashing import canonical_json, sha256_bytes
+from draligned.hashing import canonical_json, sha256_bytes, sha256_json
 from draligned.records import RunRecord
 
 __all__ = ["Archive", "ArchiveError", "indented_json", "is_stale_temp", "record_bytes", "remove_stale_temp_files",
@@ -122,6 +122,16 @@ def remove_stale_temp_files(archive: Archive) -> list[Path]:
 def record_bytes(record: RunRecord) -> bytes:
     """The on-disk bytes of a run record: indented JSON with sorted keys and a newline."""
     return (indented_json(record.model_dump(mode="json")) + "\n").encode()
+
+
+def sealed_record_bytes(record: RunRecord) -> tuple[RunRecord, bytes]:
+    """``record.sealed()`` and its ``record_bytes``, from one dump of the record: every run writes a started
+    marker and a final record, and dumping the whole record twice (to seal it, then to write it) was the
+    larger part of both. The bytes are those of ``record_bytes(record.sealed())``."""
+    body = record.model_dump(mode="json", exclude={"record_sha256"})
+    body["record_sha256"] = sha256_json(body)
+    return (record.model_copy(update={"record_sha256": body["record_sha256"]}),
+            (indented_json(body) + "\n").encode())
 
 
 def indented_json(obj: Any) -> str:
@@ -270,12 +280,12 @@ class Archive:
 
     def write_started(self, record: RunRecord) -> None:
         """Write the started marker of a run (status ``started``)."""
-        self._write(self.runs_dir / f"{record.run_id}.started.json", record_bytes(record.sealed()), record=True)
+        self._write(self.runs_dir / f"{record.run_id}.started.json", sealed_record_bytes(record)[1], record=True)
 
     def write_record(self, record: RunRecord) -> RunRecord:
         """Seal and write the final record of a run; returns the sealed record."""
-        sealed = record.sealed()
-        self._write(self.runs_dir / f"{record.run_id}.json", record_bytes(sealed), record=True)
+        sealed, data = sealed_record_bytes(record)
+        self._write(self.runs_dir / f"{record.run_id}.json", data, record=True)
         return sealed
 
     def run_names(self) -> tuple[list[str], list[str]]:

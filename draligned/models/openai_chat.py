@@ -14,6 +14,7 @@ from typing import Any
 import openai
 
 from draligned.models import wire
+from draligned.models.base import ModelDeclaration
 from draligned.models.options import ChatOptions
 from draligned.models.remote import Posted, RemoteModel, sdk_security
 from draligned.records import Message, ToolSpec, Usage
@@ -51,6 +52,11 @@ class OpenAIChat(RemoteModel):
     raw_response_mode = "true"
     security = sdk_security(openai, {"bearer_auth": True})  # as its create method: never an admin key
 
+    def __init__(self, declaration: ModelDeclaration) -> None:
+        super().__init__(declaration)
+        self._max_tokens_field = ChatOptions.model_validate(declaration.options).max_tokens_field
+        self._tools: tuple[list[ToolSpec], list[dict[str, Any]]] = ([], [])
+
     def make_client(self, api_key: str) -> Any:
         return openai.AsyncOpenAI(api_key=api_key, base_url=self.declaration.base_url, max_retries=0,
                                   http_client=self.http_client())
@@ -59,9 +65,17 @@ class OpenAIChat(RemoteModel):
         d = self.declaration
         body: dict[str, Any] = {"model": d.model, "messages": chat_messages(messages)}
         if tools:
-            body["tools"] = [{"type": "function", "function": t.model_dump(mode="json")} for t in tools]
-        field = ChatOptions.model_validate(d.options).max_tokens_field
-        return body | request_fields(d.request_fields(), bool(tools), field)
+            body["tools"] = self.tool_entries(tools)
+        return body | request_fields(d.request_fields(), bool(tools), self._max_tokens_field)
+
+    def tool_entries(self, tools: list[ToolSpec]) -> list[dict[str, Any]]:
+        """The ``tools`` of a body: dumped once while a run offers the same specs on every call (a run's tools
+        are its contract's objects, never changed), again for other specs."""
+        offered, entries = self._tools
+        if len(offered) != len(tools) or any(a is not b for a, b in zip(offered, tools, strict=False)):
+            entries = [{"type": "function", "function": t.model_dump(mode="json")} for t in tools]
+            self._tools = (list(tools), entries)
+        return list(entries)
 
     async def post(self, client: Any, body: dict[str, Any], timeout: float) -> Posted:
         return await self.post_json(client, "/chat/completions", body, timeout)

@@ -1,7 +1,7 @@
 """What the real providers share: key, client, connection limit, retries, timing, errors.
 
 A protocol subclass says only how to build its wire body (one function, ``build_body``, that a
-batch line can reuse), how to post it with its SDK (returning the exact bytes sent, the raw reply
+batch line can reuse), how to post it with its SDK (returning the body exactly as sent, the raw reply
 text and the response headers) and how to read a reply body. Everything else — the key from the
 environment, ``max_retries=0`` clients, the declared headers sent verbatim, the per-model
 connection limit shared by all runs (fixed or adaptive), tenacity retries with recorded attempts,
@@ -33,8 +33,8 @@ from draligned.models.limits import ConnectionLimit
 from draligned.models.retry import Failure, GaveUp, call_with_retries, status_failure
 from draligned.records import Message, ModelAttempt, ModelReply, ToolSpec
 
-#: What ``post`` returns: (request bytes as sent, raw response text, response headers).
-Posted = tuple[bytes, str, Mapping[str, str]]
+#: What ``post`` returns: (the request body as sent, raw response text, response headers).
+Posted = tuple[dict[str, Any], str, Mapping[str, str]]
 
 #: The SDKs' request header asking their request path for the unparsed response (``with_raw_response``).
 RAW_RESPONSE = "X-Stainless-Raw-Response"
@@ -60,6 +60,9 @@ class RemoteModel(ModelAPI):
         self.connections = (ConnectionLimit(r.auto_start, r.auto_min, r.auto_max) if r.max_connections == "auto"
                             else ConnectionLimit(r.max_connections))
         """The model's connection limit, shared by every run of the study."""
+        self._headers = {"Content-Type": "application/json", RAW_RESPONSE: self.raw_response_mode,
+                         **declaration.headers}
+        """The headers every call sends: JSON, the raw-response marker and the declared headers verbatim."""
 
     # ------------------------------------------------------------------ protocol hooks
     @abstractmethod
@@ -76,7 +79,7 @@ class RemoteModel(ModelAPI):
 
     @abstractmethod
     async def post(self, client: Any, body: dict[str, Any], timeout: float) -> Posted:
-        """Send ``body`` once with the declared headers; return (bytes sent, raw response text, headers)."""
+        """Send ``body`` once with the declared headers; return (the body as sent, raw response text, headers)."""
 
     async def post_json(self, client: Any, path: str, body: dict[str, Any], timeout: float) -> Posted:
         """Send ``body`` once to ``path`` as exactly the bytes the SDK would serialise (compact separators,
@@ -89,15 +92,20 @@ class RemoteModel(ModelAPI):
         Per call the SDK also builds its request options, merging defaults, and resolves ``path`` against its
         base URL. Both are given here ready-made, so it does neither: the URL as the SDK would resolve it (its
         base URL's path ends in "/"), and ``max_retries`` and ``params`` as the client has them (0 and none), which
-        it would otherwise deep-copy from its defaults."""
+        it would otherwise deep-copy from its defaults.
+
+        The body returned as sent is decoded from the bytes the SDK sent, unless they are the very bytes encoded
+        from ``body`` (as they are: the SDK sends ``content`` as given): then it is ``body``, not decoded again."""
         content = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
-        options: dict[str, Any] = {"timeout": timeout, "max_retries": 0, "params": {}, "headers": {
-            "Content-Type": "application/json", RAW_RESPONSE: self.raw_response_mode, **self.declaration.headers}}
+        options: dict[str, Any] = {"timeout": timeout, "max_retries": 0, "params": {},
+                                   "headers": dict(self._headers)}
         if self.security is not None:
             options["security"] = self.security
         url = f"{str(client.base_url).rstrip('/')}/{path.lstrip('/')}"  # a host root prints without its "/"
         raw = await client.post(url, cast_to=object, content=content, options=options)
-        return raw.http_request.content, raw.http_response.text, raw.headers
+        sent = raw.http_request.content
+        return body if sent == content else json.loads(sent), raw.http_response.text, raw.headers
+
 
     #: The value of ``RAW_RESPONSE`` the SDK's ``with_raw_response`` sends (openai "true", anthropic "raw").
     raw_response_mode: str = "raw"
@@ -222,7 +230,7 @@ class RemoteModel(ModelAPI):
         finally:
             if retrying and listener is not None:
                 listener(-1)
-        return self.parse_reply(raw, json.loads(sent), time.perf_counter() - started, attempts, headers)
+        return self.parse_reply(raw, sent, time.perf_counter() - started, attempts, headers)
 
     def parse_reply(self, raw: str, request_body: dict[str, Any], latency_s: float = 0.0,
                     attempts: list[ModelAttempt] | None = None,
@@ -230,7 +238,8 @@ class RemoteModel(ModelAPI):
         """A reply body as received (the synchronous response, or a batch line's body, which has no HTTP
         headers of its own) as a ModelReply: the key redacted if echoed, the JSON read by the protocol, the
         headers cleaned and read for a gateway's report; ModelError if it is not a JSON object."""
-        echoed, raw = self.redact(raw) != raw, self.redact(raw)  # a key echoed back is never archived
+        redacted = self.redact(raw)
+        echoed, raw = redacted != raw, redacted  # a key echoed back is never archived
         try:
             data = json.loads(raw)
             if not isinstance(data, dict):

@@ -163,10 +163,18 @@ def snippet(text: str, n: int) -> str:
         raise ValueError(f"snippet length must be >= 0, got {n}")
     # Collapsing never lengthens text, so a prefix that still collapses to more than n characters gives the
     # same first n (only its last character may be a cut run or word): every search result costs a snippet.
-    head = _WS_RE.sub(" ", text[:2 * n + 64]).lstrip()
+    head = _collapsed_head(text[:2 * n + 64])
     if len(head) > n:
         return head[:n]
     return _collapse(text)[:n]
+
+
+@lru_cache(maxsize=1024)
+def _collapsed_head(prefix: str) -> str:
+    """A text's prefix with its whitespace runs collapsed and leading ones dropped, remembered for the last 1,024
+    prefixes (each at most ``2 n + 64`` characters): a study's searches return the same pages again and again,
+    and the collapse was a tool call's largest cost."""
+    return _WS_RE.sub(" ", prefix).lstrip()
 
 
 # --------------------------------------------------------------------------- corpus
