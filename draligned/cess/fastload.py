@@ -14,7 +14,6 @@ validator accepts it. The fast checks accept nothing the full validator rejects:
 
 from __future__ import annotations
 
-import io
 import os
 import threading
 from collections import deque
@@ -28,7 +27,7 @@ import numpy as np
 import orjson
 
 from draligned.cess.columns import ColumnBuilder, TrajectoryColumns
-from draligned.cess.line_chunk import LineChunk
+from draligned.cess.line_chunk import LineChunk, brackets
 from draligned.cess.trajectory import TrajectoryError, parse_trajectory
 
 CHUNK_BYTES = 16 << 20
@@ -54,48 +53,61 @@ def _first_duplicate(ids: list[str], lines: Iterable[int], seen: set[str]) -> Tr
     return None
 
 
-def _gather(raws: list[bytes], first_line: int) -> tuple[LineChunk, TrajectoryError | None]:
-    """The lines of a chunk up to the first one the full validator rejects, and its error."""
-    chunk = LineChunk()
-    for offset, raw in enumerate(raws):
-        number = first_line + offset
-        if chunk.take_line(raw):
+def _gather(text: bytes, first_line: int, counted: bool = False,
+            ) -> tuple[LineChunk, list[tuple[int, int]], int, TrajectoryError | None]:
+    """The lines of a chunk up to the first one the full validator rejects: the chunk, where each gathered
+    line is in ``text``, the number of lines looked at, and the error. Lines end at ``\n`` (as a binary
+    file's lines do). Unless ``counted``, the ``[`` are counted once for the chunk (see
+    :meth:`LineChunk.take_line`); when they differ from the arrays read, or a line is invalid, the chunk is
+    gathered again counting them per line."""
+    chunk, spans, start, count, declined = LineChunk(), list[tuple[int, int]](), 0, 0, 0
+    while start < len(text):
+        end = text.find(b"\n", start) + 1 or len(text)
+        number, count, span = first_line + count, count + 1, (start, end)
+        start = end
+        if chunk.take_line(text, *span, counted):  # parsed in place: the line's text is cut only if it is declined
             chunk.lines.append(number)
+            spans.append(span)
             continue
+        raw = text[span[0]:span[1]]
+        declined += raw.count(b"[")
         if not raw.strip():
             continue
         try:
             rec: Any = orjson.loads(raw)
         except orjson.JSONDecodeError:
             rec = None
-        if rec is not None and chunk.take(rec, raw):
-            chunk.lines.append(number)
-            continue
-        try:  # doubtful line: the full validator decides, and names what is wrong
-            checked = _full_check(raw, number)
-        except TrajectoryError as exc:
-            return chunk, exc
-        if checked is not None:
+        if rec is None or not chunk.take(rec, raw):
+            try:  # doubtful line: the full validator decides, and names what is wrong
+                checked = _full_check(raw, number)
+            except TrajectoryError as exc:
+                return (chunk, spans, count, exc) if counted else _gather(text, first_line, counted=True)
+            if checked is None:  # blank but for Unicode whitespace
+                continue
             if not chunk.take(checked, None):
                 raise AssertionError(f"line {number}: the shape checks reject a record the full validator accepts")
-            chunk.lines.append(number)
-    return chunk, None
+        chunk.lines.append(number)
+        spans.append(span)
+    if not counted and chunk.arrays + declined != brackets(text):  # a nested array, or a "[" in a string
+        return _gather(text, first_line, counted=True)
+    return chunk, spans, count, None
 
 
-def _check_chunk(raws: list[bytes], first_line: int) -> tuple[LineChunk, dict[str, np.ndarray], TrajectoryError | None]:
-    """The chunk's valid lines as arrays, and the full validator's error for its first invalid line."""
-    chunk, error = _gather(raws, first_line)
+def _check_chunk(text: bytes, first_line: int) -> tuple[LineChunk, dict[str, np.ndarray], int, TrajectoryError | None]:
+    """The chunk's valid lines as arrays, its number of lines, and the full validator's error for its first
+    invalid line."""
+    chunk, spans, count, error = _gather(text, first_line)
     bad, arrays = chunk.check() if chunk.ids else (np.zeros(0, bool), {})
     for i in np.nonzero(bad)[0].tolist():
-        line = chunk.lines[i]
+        line, (start, end) = chunk.lines[i], spans[i]
         if error is not None and line > error.line:
             break
         try:
-            _full_check(raws[line - first_line], line)
+            _full_check(text[start:end], line)
         except TrajectoryError as exc:
             error = exc
             break
-    return chunk, arrays, error
+    return chunk, arrays, count, error
 
 
 def _add_chunk(chunk: LineChunk, arrays: dict[str, np.ndarray], error: TrajectoryError | None, seen: set[str],
@@ -110,10 +122,10 @@ def _add_chunk(chunk: LineChunk, arrays: dict[str, np.ndarray], error: Trajector
         builder.extend(chunk.ids, chunk.tasks, **arrays)
 
 
-def _read_lines(path: Path, start: int, end: int) -> list[bytes]:
+def _read(path: Path, start: int, end: int) -> bytes:
     with path.open("rb") as handle:
         handle.seek(start)
-        return io.BytesIO(handle.read(end - start)).readlines()
+        return handle.read(end - start)
 
 
 def _ranges(path: Path) -> list[tuple[int, int]]:
@@ -134,9 +146,8 @@ line numbers (from 1 in the range) and column arrays of its valid lines, and whe
 
 def _check_range(path: Path, start: int, end: int) -> Checked:
     """One range checked, its lines numbered from 1 (run in a worker process: the parse holds the GIL)."""
-    raws = _read_lines(path, start, end)
-    chunk, arrays, error = _check_chunk(raws, 1)
-    return len(raws), chunk.ids, chunk.tasks, chunk.lines, arrays, error is not None
+    chunk, arrays, count, error = _check_chunk(_read(path, start, end), 1)
+    return count, chunk.ids, chunk.tasks, chunk.lines, arrays, error is not None
 
 
 def forkable() -> bool:
@@ -176,9 +187,9 @@ def load_columns(path: str | Path, workers: int | None = None) -> TrajectoryColu
     workers = workers or os.cpu_count() or 1
     if workers == 1 or len(ranges) < 2 or not forkable():
         for start, end in ranges:
-            raws = _read_lines(path, start, end)
-            _add_chunk(*_check_chunk(raws, line), seen, builder)
-            line += len(raws)
+            chunk, arrays, count, error = _check_chunk(_read(path, start, end), line)
+            _add_chunk(chunk, arrays, error, seen, builder)
+            line += count
     else:
         pool = _Workers(workers)
         try:
@@ -202,7 +213,8 @@ def _add_range(path: Path, line: int, start: int, end: int, result: Checked, see
     line is checked again here, numbered from its real first line, to raise its error."""
     count, ids, tasks, lines, arrays, invalid = result
     if invalid:  # raises the range's first problem
-        _add_chunk(*_check_chunk(_read_lines(path, start, end), line), seen, builder)
+        chunk, arrays, _, error = _check_chunk(_read(path, start, end), line)
+        _add_chunk(chunk, arrays, error, seen, builder)
         return line + count
     duplicate = _first_duplicate(ids, [line - 1 + n for n in lines], seen)
     if duplicate is not None:

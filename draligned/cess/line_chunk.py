@@ -80,6 +80,8 @@ class LineChunk:
         self.chosen: list[int] = []
         self.stop: list[Any] = []
         self.round_y: list[Any] = []
+        self.arrays = 0
+        """How many arrays the lines gathered by :meth:`take_line` hold."""
         self.pools: dict[str, tuple[list[str], dict[str, int]]] = {}
         """Checked pools by the minified JSON text of their ``doc_ids`` (see :meth:`_pool_ids`)."""
 
@@ -97,24 +99,28 @@ class LineChunk:
         self.stop += stop
         self.round_y += round_y
 
-    def take_line(self, raw: bytes) -> bool:
-        """Gather one line parsed by simdjson if it has the schema's shape and types; else False (then
-        :meth:`take` or the full validator decides). The line must start with ``{``: simdjson skips a
-        byte-order mark, which the other parsers refuse."""
-        if not raw.startswith(b"{"):
+    def take_line(self, text: bytes, start: int = 0, end: int | None = None, counted: bool = True) -> bool:
+        """Gather the line ``text[start:end]`` (parsed in place) if simdjson reads it with the schema's shape
+        and types; else False (then :meth:`take` or the full validator decides). The line must start with
+        ``{``: simdjson skips a byte-order mark, which the other parsers refuse.
+
+        A number buffer flattens a nested array (``[0.5, [0.2]]`` reads as two numbers), so the line must
+        hold as many ``[`` as the arrays read. Unless ``counted``, that is left to the caller: it compares
+        :attr:`arrays` with the ``[`` of all the gathered lines (:func:`brackets`, once per chunk)."""
+        end = len(text) if end is None else end
+        if start >= end or text[start] != 0x7B:
             return False
         try:
-            doc = _PARSER.parse(raw)
+            doc = _PARSER.parse(memoryview(text)[start:end])
         except (ValueError, RuntimeError):  # not JSON, not UTF-8, a number out of range (BIGINT_ERROR)
             return False
         try:
-            return self._take_doc(doc, raw.count(b"["))
+            return self._take_doc(doc, text.count(b"[", start, end) if counted else None)
         except (KeyError, TypeError):  # a required key missing (or one the field count implied), an unhashable id
             return False
 
-    def _take_doc(self, doc: Any, brackets: int) -> bool:
-        """Gather a parsed line whose text has ``brackets`` ``[`` bytes: as many as its arrays, or the buffers'
-        flattening of a nested array (``[0.5, [0.2]]`` reads as two numbers) could hide one."""
+    def _take_doc(self, doc: Any, brackets: int | None) -> bool:
+        """Gather a parsed line whose text has ``brackets`` ``[`` bytes (None: not counted here)."""
         if type(doc) is not _OBJECT or not 5 <= (size := len(doc)) <= 6:
             return False
         tid, task, budget, pool, rounds = (doc["trajectory_id"], doc["task_id"], doc["budget"], doc["pool"],
@@ -144,17 +150,21 @@ class LineChunk:
         for rnd in rounds:
             if type(rnd) is not _OBJECT or not 3 <= (fields := len(rnd)) <= 4:
                 return False
-            name: Any = rnd["chosen"]  # TypeError below if it is an array or object: unhashable
-            values, j, c = _floats(rnd["probs"], n), index.get(name), rnd["stop_prob"]
+            values, name, c = rnd["probs"], rnd["chosen"], rnd["stop_prob"]
+            j: Any = index.get(name)  # type: ignore[arg-type]  # TypeError if an array or object: unhashable
             score = rnd["y"] if fields == 4 else None  # four fields: the fourth must be y
-            if values is None or j is None or type(c) not in _NUMBER or type(score) not in _NUMBER_OR_NULL:
+            if type(values) is not _ARRAY or len(values) != n or j is None or type(c) not in _NUMBER:
                 return False
-            probs.append(values)
+            if type(score) not in _NUMBER_OR_NULL:
+                return False
+            probs.append(values.as_buffer(of_type="d"))  # TypeError: not all numbers (see _floats)
             chosen.append(j)
             stop.append(c)
             round_y.append(score)
-        if brackets != 2 + len(probs) + (y is not None) + (m is not None):  # doc_ids, rounds, probs, y, m
+        arrays = 2 + len(probs) + (y is not None) + (m is not None)  # doc_ids, rounds, probs, y, m
+        if brackets is not None and brackets != arrays:
             return False
+        self.arrays += arrays
         self._add(tid, task, budget, n, doc_y, doc_m, probs, chosen, stop, round_y)
         return True
 
@@ -255,6 +265,11 @@ class LineChunk:
                   "doc_y": doc_y, "first_support": first_support, "n_rounds": n_rounds, "chosen": chosen,
                   "y": scores, "p": p, "stop": stop, "full_support": full}
         return bad, arrays
+
+
+def brackets(text: bytes) -> int:
+    """The number of ``[`` bytes in ``text`` (numpy: about 3x faster than ``bytes.count``)."""
+    return int(np.count_nonzero(np.frombuffer(text, np.uint8) == 0x5B))
 
 
 def _scores(values: Any, n: int) -> np.ndarray | None:

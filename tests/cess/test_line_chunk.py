@@ -155,6 +155,7 @@ BAD_LINES = [  # (line text, field named in the error): one of each kind, as a w
     (_mutated(VALID, _drop("rounds.1.stop_prob")).decode(), "rounds[1].stop_prob"),
     (_mutated(VALID, _set("rounds.1.note", 1)).decode(), "rounds[1]"),
     (orjson.dumps(VALID).decode()[:-2], "<json>"),
+    (_mutated(VALID, _set("rounds.0.probs.1", [0.25])).decode(), "rounds[0].probs[1]"),  # flattens to 3 numbers
     (orjson.dumps(VALID).decode().replace('"budget":2', '"budget":2,"budget":2'), "<json>"),
 ]
 
@@ -184,3 +185,16 @@ def test_the_fast_parse_keeps_a_pool_it_checked_and_no_dom_outlives_a_line() -> 
     assert not chunk.take_line(_mutated(VALID, _set("pool.doc_ids.1", "d0")))  # same length, repeated id
     assert chunk.take_line(raw.replace(b'"t1"', b'"t3"')) and chunk.ids == ["t1", "t2", "t3"]
     np.testing.assert_array_equal(chunk.chosen, [0, 2] * 3)
+
+
+def test_a_nested_array_that_flattens_to_the_right_length_is_caught_by_the_chunks_bracket_count() -> None:
+    nested = _mutated(VALID, _set("rounds.0.probs.1", [0.25]))  # [0.5, [0.25], 0.25]: three numbers flattened
+    assert LineChunk().take_line(nested, counted=False) and not LineChunk().take_line(nested)
+    text = orjson.dumps(VALID) + b"\n" + nested + b"\n"
+    chunk, spans, count, error = fastload._gather(text, 1)
+    assert count == 2 and chunk.lines == [1] and error is not None and error.line == 2
+    bracketed = orjson.dumps(VALID).replace(b'"t1"', b'"[t1]"')  # valid: a "[" in a string
+    first = orjson.dumps(VALID) + b"\n"
+    chunk, spans, count, error = fastload._gather(first + bracketed, 1)  # a last line without a line end
+    assert error is None and chunk.ids == ["t1", "[t1]"]
+    assert spans == [(0, len(first)), (len(first), len(first) + len(bracketed))]
