@@ -5,10 +5,10 @@ One concept per module:
 - ``trajectory``  the JSON Lines trajectory format, its JSON Schema and the validating loader
 - ``batch``       many trajectories as padded numpy arrays
 - ``columns``     many trajectories as flat columns (offsets + per-document and per-round arrays)
-- ``fastload``    the JSON Lines loader at scale (pyarrow ranges; else orjson, vectorised checks, the full validator)
-- ``arrowjson``   a range of JSON Lines decoded by pyarrow's JSON reader when every line is plainly valid
+- ``fastload``    the JSON Lines loader at scale (ranges in worker processes, the full validator for a bad line)
+- ``line_chunk``  a chunk's lines gathered from simdjson's parse (else orjson's) and its numbers checked at once
 - ``parquet``     trajectories as Parquet (write, and read with the same rules)
-- ``parquet_batch`` the vectorised checks of one Arrow batch of trajectories (Parquet and JSON; numpy views)
+- ``parquet_batch`` the vectorised checks of one Arrow batch of trajectories (Parquet; numpy views)
 - ``estimators``  Opened Mean, OR, sequential IPW and DR (Eq. 6), CESS (Eqs. 9, 12, 13), intervals (Eq. 10)
 - ``column_estimators`` the same estimators as segment sums over ``columns``
 - ``metrics``     appendix F metrics, intervention effects (Eqs. 3–4), ICC, cluster bootstrap

@@ -1,4 +1,4 @@
-"""Check one Arrow record batch of trajectories (from Parquet, or from JSON Lines) with numpy, and gather its columns.
+"""Check one Arrow record batch of trajectories (from Parquet) with numpy, and gather its columns.
 
 The nested columns arrive as flat child arrays plus offsets (numpy views, no Python objects per
 number): every rule of :func:`draligned.cess.trajectory.check_record` that the estimators rely on is
@@ -87,7 +87,8 @@ def _choices(doc_codes: np.ndarray, doc_start: np.ndarray, n: np.ndarray, owner_
 
 def check_batch(batch: pa.RecordBatch) -> Checked:
     """Per row whether it is suspect, the column arrays of :class:`~draligned.cess.columns.ColumnBuilder`
-    (some of them views of the batch's buffers: see :func:`owned`), and the trajectory and task ids."""
+    (some of them views of the batch's buffers, which :class:`~draligned.cess.columns.ColumnSink` copies
+    into place), and the trajectory and task ids."""
     b, col = batch.num_rows, batch.column
     ids, tasks, ranking, budget, pool, rounds = (col(name) for name in (
         "trajectory_id", "task_id", "ranking", "budget", "pool", "rounds"))
@@ -170,12 +171,6 @@ def check_batch(batch: pa.RecordBatch) -> Checked:
     arrays = {"budget": budget_f, "n_docs": n, "doc_m": doc_m, "doc_y": doc_y, "first_support": first_support,
               "n_rounds": n_rounds, "chosen": chosen, "y": score, "p": p, "stop": sv, "full_support": full}
     return bad, arrays, ids.to_pylist(), _shared_strings(tasks)
-
-
-def owned(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Copies of the arrays of :func:`check_batch` that view Arrow's buffers, so that a decoded batch (whose
-    buffers may be over-allocated) is freed while the arrays are kept."""
-    return {name: value if value.base is None else value.copy() for name, value in arrays.items()}
 
 
 def _encoded(values: pa.Array) -> pa.DictionaryArray:

@@ -20,6 +20,7 @@ from draligned.cess.column_estimators import estimate_columns, estimate_rows, re
 from draligned.cess.columns import TrajectoryColumns
 from draligned.cess.estimators import TrajectoryEstimate, estimate, trajectory_estimates
 from draligned.cess.fastload import load_columns
+from draligned.cess.line_chunk import LineChunk
 from draligned.cess.trajectory import TrajectoryError, load_trajectories
 from tests.cess.test_trajectory import CASES, VALID
 
@@ -169,12 +170,12 @@ ODD_LINES = [
     json.dumps(VALID | {"trajectory_id": "x", "budget": True}),
     json.dumps(VALID | {"trajectory_id": "x", "budget": 99999999999999999999999}),
     json.dumps(VALID | {"trajectory_id": "x"}).replace("0.25", "1e400", 1),
-    json.dumps(VALID | {"trajectory_id": "x"}).replace('"d1"', '"\\ud800"'),
+    json.dumps(VALID | {"trajectory_id": "x"}).replace('"d1"', '"\\ud800"'), "\u3000", "\x1c \x85",
 ]
 
 
 PLAIN_VALID = json.dumps(VALID | {"trajectory_id": "x"})
-UNPLAIN_LINES = [  # valid or not, pyarrow's path must not decide these: the exact path does
+UNPLAIN_LINES = [  # valid or not, lines that no JSON Lines writer of this project writes
     PLAIN_VALID + " ", " " + PLAIN_VALID, PLAIN_VALID + "\r", "\ufeff" + PLAIN_VALID, PLAIN_VALID + PLAIN_VALID,
     PLAIN_VALID.replace('"x"', '"\\u0078"'), PLAIN_VALID.replace("0.25", "NaN", 1),
     PLAIN_VALID.replace("0.1", "Infinity", 1), PLAIN_VALID.replace('"budget": 2', '"budget": 2.0'),
@@ -257,27 +258,26 @@ def test_chunks_checked_in_worker_processes_give_the_single_pass_result(
 
 
 def _exact_path_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(fastload, "decode_block", lambda raw: None)
+    monkeypatch.setattr(LineChunk, "take_line", lambda *args: False)  # every line through orjson
 
 
 def _fast_path_only(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args: Any) -> None:
-        raise AssertionError("the exact path was asked to check a range")
-    monkeypatch.setattr(fastload, "_check_chunk", refuse)
-    monkeypatch.setattr(fastload._ExactWorkers, "submit", refuse)
+        raise AssertionError("a line was left to orjson or the full validator")
+    monkeypatch.setattr(LineChunk, "take", refuse)
+    monkeypatch.setattr(fastload, "_full_check", refuse)
 
 
-def test_ranges_pyarrow_cannot_decide_are_checked_in_worker_processes(
+def test_ranges_are_checked_in_worker_processes_unless_the_caller_has_threads(
         varied: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(fastload, "CHUNK_BYTES", 20_000)
-    _exact_path_only(monkeypatch)
     sent: list[tuple[int, int]] = []
-    submit = fastload._ExactWorkers.submit
+    submit = fastload._Workers.submit
 
     def spy(self: Any, path: Path, start: int, end: int) -> Any:
         sent.append((start, end))
         return submit(self, path, start, end)
-    monkeypatch.setattr(fastload._ExactWorkers, "submit", spy)
+    monkeypatch.setattr(fastload._Workers, "submit", spy)
     forkable = fastload.forkable
     monkeypatch.setattr(fastload, "forkable", lambda: True)  # whatever threads the test run has left
     parallel = load_columns(varied, workers=2)
@@ -289,7 +289,7 @@ def test_ranges_pyarrow_cannot_decide_are_checked_in_worker_processes(
     monkeypatch.setattr(fastload, "forkable", forkable)
     stop = threading.Event()
     other = threading.Thread(target=stop.wait)
-    other.start()  # a caller with a thread of its own: nothing is forked, the exact path runs here
+    other.start()  # a caller with a thread of its own: nothing is forked, every range is checked here
     try:
         assert not fastload.forkable()
         here = load_columns(varied, workers=2)
@@ -303,9 +303,10 @@ COLUMN_FIELDS = ("budget", "doc_start", "doc_m", "doc_y", "first_support", "roun
                  "full_support")
 
 
-def test_pyarrow_decides_valid_ranges_alone_and_gives_the_exact_paths_columns(
+def test_simdjson_reads_valid_lines_alone_and_gives_the_exact_paths_columns(
         varied: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(fastload, "CHUNK_BYTES", 20_000)  # many ranges, decoded in two threads
+    monkeypatch.setattr(fastload, "CHUNK_BYTES", 20_000)  # many ranges, checked in two processes
+    monkeypatch.setattr(fastload, "forkable", lambda: True)
     with monkeypatch.context() as patch:
         _fast_path_only(patch)
         fast = load_columns(varied, workers=2)
@@ -319,19 +320,3 @@ def test_pyarrow_decides_valid_ranges_alone_and_gives_the_exact_paths_columns(
             np.testing.assert_array_equal(getattr(fast, name), getattr(cols, name), err_msg=name)
             assert getattr(fast, name).dtype == getattr(cols, name).dtype, name
     assert len(fastload._ranges(varied)) > 5 and not fast.full_support.all() and np.isnan(fast.doc_y).any()
-
-
-@pytest.mark.parametrize(("name", "mutate", "field", "message"), CASES, ids=[c[0] for c in CASES])
-def test_pyarrow_leaves_every_kind_of_bad_line_to_the_exact_path(
-    name: str, mutate: Callable[[dict], None], field: str, message: str
-) -> None:
-    bad = copy.deepcopy(VALID) | {"trajectory_id": "bad"}
-    mutate(bad)
-    assert fastload.decode_block(orjson.dumps(VALID) + b"\n") is not None  # the good line alone is decided
-    assert fastload.decode_block(orjson.dumps(VALID) + b"\n" + orjson.dumps(bad) + b"\n") is None
-
-
-@pytest.mark.parametrize("line", UNPLAIN_LINES)
-def test_pyarrow_does_not_decide_lines_that_are_not_plain(line: str) -> None:
-    assert fastload.decode_block(f"{json.dumps(VALID)}\n".encode()) is not None
-    assert fastload.decode_block(f"{json.dumps(VALID)}\n{line}\n".encode()) is None
