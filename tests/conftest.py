@@ -175,6 +175,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if "demo_run" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.slow)
             item.add_marker(pytest.mark.xdist_group("demo"))
+    items.sort(key=lambda item: not _runs_early(item))  # stable: the order is kept within each part
+
+
+def _runs_early(item: pytest.Item) -> bool:
+    """A ``slow`` test outside any xdist group that shares no module- or class-scoped fixture runs before
+    the rest: the workers take tests in this order, so the last few they end with are quick ones and both
+    end at about the same time, rather than one finishing a multi-process study alone (test_workers.py,
+    collected last). One sharing a module's fixture stays with its module, which would build it again."""
+    if item.get_closest_marker("slow") is None or item.get_closest_marker("xdist_group") is not None:
+        return False
+    info = getattr(item, "_fixtureinfo", None)  # pytest's per-test fixture closure
+    defs = info.name2fixturedefs.values() if info is not None else ()
+    return all(d.scope in ("function", "session") for chain in defs for d in chain)
 
 
 @pytest.fixture(scope="session")
