@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import io
 import ipaddress
 import os
@@ -27,10 +28,19 @@ RAM_DISK_MIN_FREE = 1 << 30
 """The session's temporary files (a few hundred MB at most) go to the RAM disk only with this much room."""
 
 
+TEST_GC_THRESHOLD = (10_000, 10, 10)
+"""The cyclic collector's thresholds in the test processes (Python's: 700, 10, 10; a study's own while it
+runs: draligned.workers.GC_THRESHOLD). With Python's, a worker ran ~5,000 young and ~35 full collections,
+each full one walking its ~440,000 objects (modules, collected tests): ~6 CPU-s a worker. Reference
+counting frees all but cyclic garbage at once as before; cycles wait a little longer."""
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    """Temporary directories on a RAM disk when the machine has one with room (and no other temproot was
-    chosen): the archive makes every file it writes durable (fsync), which on a disk shared with other work
-    costs more wall time than the tests' own work; on tmpfs it is free. Only where the files live changes."""
+    """The collector's thresholds (TEST_GC_THRESHOLD), and temporary directories on a RAM disk when the
+    machine has one with room (and no other temproot was chosen): the archive makes every file it writes
+    durable (fsync), which on a disk shared with other work costs more wall time than the tests' own work;
+    on tmpfs it is free. Only where the files live changes."""
+    gc.set_threshold(*TEST_GC_THRESHOLD)
     if os.environ.get("PYTEST_DEBUG_TEMPROOT") or config.option.basetemp:
         return
     try:
@@ -39,6 +49,17 @@ def pytest_configure(config: pytest.Config) -> None:
         room = 0
     if room >= RAM_DISK_MIN_FREE:
         os.environ["PYTEST_DEBUG_TEMPROOT"] = str(RAM_DISK)  # read by pytest's tmp_path_factory
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Collect until a full pass finds no garbage, then freeze what is left (all of it alive): pytest's five
+    full passes that follow (gc_collect_harder, to report finalizers' unraisable errors) then walk nothing,
+    where each walked every object a worker had made (~0.4 CPU-s). These passes run under the same
+    unraisable hook, so the same errors are reported."""
+    for _ in range(5):
+        if gc.collect() == 0:
+            break
+    gc.freeze()
 
 
 def _is_loopback(address: object) -> bool:
@@ -175,6 +196,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if "demo_run" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.slow)
             item.add_marker(pytest.mark.xdist_group("demo"))
+    items.sort(key=lambda item: not _runs_early(item))  # stable: the order is kept within each part
+
+
+def _runs_early(item: pytest.Item) -> bool:
+    """A ``slow`` test outside any xdist group that shares no module- or class-scoped fixture runs before
+    the rest: the workers take tests in this order, so the last few they end with are quick ones and both
+    end at about the same time, rather than one finishing a multi-process study alone (test_workers.py,
+    collected last). One sharing a module's fixture stays with its module, which would build it again."""
+    if item.get_closest_marker("slow") is None or item.get_closest_marker("xdist_group") is not None:
+        return False
+    info = getattr(item, "_fixtureinfo", None)  # pytest's per-test fixture closure
+    defs = info.name2fixturedefs.values() if info is not None else ()
+    return all(d.scope in ("function", "session") for chain in defs for d in chain)
 
 
 @pytest.fixture(scope="session")

@@ -7,10 +7,14 @@ The layer map is written here once; the README's architecture section shows the 
 from __future__ import annotations
 
 import ast
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+#: One xdist worker runs these, so only one parses every module (imports()).
+pytestmark = pytest.mark.xdist_group("layers")
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "draligned"
@@ -75,8 +79,10 @@ def _resolve(importer: str, path: Path, node: ast.ImportFrom) -> list[str]:
     return subs if subs and len(subs) == len(node.names) else [base, *subs]
 
 
+@functools.cache
 def imports() -> list[Import]:
-    """Every import of every module, at any depth (functions, ``TYPE_CHECKING`` blocks included)."""
+    """Every import of every module, at any depth (functions, ``TYPE_CHECKING`` blocks included). Parsed
+    when a test first asks, not at collection (every xdist worker collects; ~0.7 CPU-s)."""
     out = []
     for importer, path in MODULES.items():
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
@@ -91,16 +97,13 @@ def imports() -> list[Import]:
     return out
 
 
-IMPORTS = imports()
-
-
 def test_every_module_has_a_layer():
     assert [m for m in MODULES if part_of(m) is None] == []
 
 
 def test_no_module_imports_from_a_higher_layer():
     bad = []
-    for imp in IMPORTS:
+    for imp in imports():
         src, dst = part_of(imp.importer), part_of(imp.imported)
         assert src is not None and dst is not None, imp
         if layer_of(dst) > layer_of(src):
@@ -144,7 +147,7 @@ def _cycle(edges: dict[str, set[str]]) -> list[str] | None:
 def test_no_import_cycle_between_parts():
     edges: dict[str, set[str]] = {}
     where: dict[tuple[str, str], Import] = {}
-    for imp in IMPORTS:
+    for imp in imports():
         src, dst = part_of(imp.importer), part_of(imp.imported)
         if src != dst and src is not None and dst is not None:
             edges.setdefault(src, set()).add(dst)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 import pkgutil
 
@@ -11,9 +12,16 @@ from pydantic import BaseModel, ValidationError
 import draligned
 from draligned.records import Record
 
+#: One xdist worker runs these, so only one imports every module.
+pytestmark = pytest.mark.xdist_group("models_strict")
 
+
+@functools.cache
 def _models() -> list[type[BaseModel]]:
-    """Every BaseModel subclass defined in a draligned module (the CLI entry module is not imported)."""
+    """Every BaseModel subclass defined in a draligned module (the CLI entry module is not imported).
+
+    Found when a test asks, not at collection: importing every module (the provider SDKs among them) costs
+    seconds, which every xdist worker would pay to collect, and only the one running these tests needs."""
     for info in pkgutil.walk_packages(draligned.__path__, "draligned."):
         if not info.name.endswith("__main__"):
             importlib.import_module(info.name)
@@ -25,22 +33,42 @@ def _models() -> list[type[BaseModel]]:
                 seen.add(sub)
                 todo.append(sub)
     ours = (m for m in seen if m.__module__.startswith("draligned."))
-    return sorted(ours, key=lambda m: (m.__qualname__, m.__module__))  # one order in every xdist worker
+    return sorted(ours, key=lambda m: (m.__qualname__, m.__module__))
 
 
-MODELS = _models()
+def _problems(model: type[BaseModel]) -> list[str]:
+    """What keeps ``model`` from being strict and documented: not a Record, extra fields allowed, fields
+    without a docstring."""
+    name = f"{model.__module__}.{model.__qualname__}"
+    found = []
+    if not issubclass(model, Record):
+        found.append(f"{name} does not derive from records.Record")
+    if model.model_config.get("extra") != "forbid":
+        found.append(f"{name}: extra is {model.model_config.get('extra')!r}, not 'forbid'")
+    undocumented = [field for field, info in model.model_fields.items() if not info.description]
+    if undocumented:
+        found.append(f"{name}: fields without a docstring: {undocumented}")
+    return found
 
 
 def test_there_are_models_to_check():
-    assert len(MODELS) > 100 and Record in MODELS
+    models = _models()
+    assert len(models) > 100 and Record in models
 
 
-@pytest.mark.parametrize("model", MODELS, ids=lambda m: f"{m.__module__}.{m.__qualname__}")
-def test_model_is_strict_and_documents_every_field(model: type[BaseModel]):
-    assert issubclass(model, Record), f"{model.__module__}.{model.__qualname__} does not derive from records.Record"
-    assert model.model_config.get("extra") == "forbid"
-    undocumented = [name for name, field in model.model_fields.items() if not field.description]
-    assert undocumented == [], f"{model.__qualname__}: fields without a docstring: {undocumented}"
+def test_every_model_is_strict_and_documents_every_field():
+    assert [problem for model in _models() for problem in _problems(model)] == []
+
+
+def test_the_check_names_a_loose_model_and_its_undocumented_fields():
+    class Loose(BaseModel):
+        x: int
+
+    assert _problems(Loose) == [
+        f"{__name__}.{Loose.__qualname__} does not derive from records.Record",
+        f"{__name__}.{Loose.__qualname__}: extra is None, not 'forbid'",
+        f"{__name__}.{Loose.__qualname__}: fields without a docstring: ['x']",
+    ]
 
 
 def test_the_strict_base_refuses_unknown_fields():

@@ -21,6 +21,10 @@ from draligned.hashing import sha256_file
 from tests.report_helpers import add_cess, add_interventions, add_states
 from tests.study_helpers import run, write_study
 
+#: One xdist worker runs these, so the module's archive and reports (``built`` and those over it) are made
+#: once, not once in each worker.
+pytestmark = pytest.mark.xdist_group("report")
+
 PLAN = """
 name = "test"
 version = 1

@@ -15,6 +15,9 @@ from pathlib import Path
 
 import pytest
 
+#: One xdist worker runs these, so the package tree (``built``) is built once, not once in each worker.
+pytestmark = pytest.mark.xdist_group("wheel")
+
 REPO = Path(__file__).resolve().parent.parent
 SETUPTOOLS = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
 FOLDERS = {package.removeprefix("draligned.data."): folder for package, folder in SETUPTOOLS["package-dir"].items()}
