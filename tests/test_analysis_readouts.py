@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from draligned.analysis import agreement, coverage, matrices, process, provenance, retention
@@ -174,6 +176,20 @@ def test_provenance_links_by_url_and_fragment():
     # the shared fragment " night train leaves at 22:10 from " is 34 chars: not a 40-char strict link
     assert rows["strict fragments"]["linked"] == 1
 
+
+
+@pytest.mark.parametrize("lengths", [(20, 40), (20, 12), (16, 16)])
+def test_the_shared_windows_of_a_return_text_are_exactly_those_a_draft_window_can_meet(lengths):
+    rng = random.Random(7)
+    words = ["rail", "pass", "night", "train", "22:10", "euros", "hostel", "dorm", "beds", "museum", "free"]
+    text = " ".join(rng.choice(words) for _ in range(400))
+    draft = " ".join(rng.choice(words) for _ in range(60)) + "  \n " + text[300:380]
+    k = lengths[0]
+    shared = provenance.shared_fragments(text, draft, lengths, provenance.fragments(draft, k))
+    for n, got in zip(lengths, shared, strict=True):
+        full = provenance.fragments(text, n)
+        assert got <= full  # only windows of the return text
+        assert {w for w in provenance.fragments(draft, n) if w in got} == provenance.fragments(draft, n) & full
 
 def test_cess_side_by_side_and_bootstrap():
     cess = {"p0": CessRow(run_id="p0", opened_mean=0.2, estimate=0.5),

@@ -3,6 +3,7 @@ CSVs, the HTML self-contained and rendered by headless Chromium (screenshot kept
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import csv
 import io
@@ -15,6 +16,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from draligned.analysis import plots
 from draligned.archive import Archive
 from draligned.cli import main
 from draligned.hashing import sha256_file
@@ -149,6 +151,32 @@ def test_report_without_states_says_so_and_keeps_the_rest(built):
     assert {r["state"] for r in states} == {"NOT_READ"} and sum(int(r["documents"]) for r in states) == 4 * 20
     cess = json.loads((out / "tables" / "manifest.json").read_text())["tables"]["cess_by_arm"]
     assert cess["rows"] == 0 and "no run in this archive searched a candidate pool" in cess["empty_reason"]
+
+
+def test_a_report_built_again_draws_only_the_figures_whose_inputs_changed(built, sim_report, tmp_path, monkeypatch):
+    archive, plan, (first, _) = built[1], built[3], sim_report
+    again = tmp_path / "again"
+    shutil.copytree(first, again)
+    (again / "figures" / "text_change.png").write_bytes(b"edited")  # an edited figure is drawn again
+    drawn: list[str] = []
+
+    def counting(name: str):
+        draw = getattr(plots, name)
+        return lambda *args: drawn.append(name) or draw(*args)
+
+    for name in ("pair_heatmaps", "state_distribution", "retention_flows", "text_change", "process_counts",
+                 "cess_vs_opened"):
+        monkeypatch.setattr(plots, name, counting(name))
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert main(["report", str(archive.root), "--plan", str(plan), "--evaluator", "aux", "--out", str(again)]) == 0
+    # the other evaluator's states change the state figures; runs, texts and CESS stay as they were drawn
+    assert sorted(drawn) == ["pair_heatmaps", "retention_flows", "state_distribution", "text_change"]
+    figures = {p.stem: p.read_bytes() for p in (again / "figures").glob("*.png")}
+    assert figures["text_change"] == (first / "figures" / "text_change.png").read_bytes()
+    changed = {n for n, data in figures.items() if data != (first / "figures" / f"{n}.png").read_bytes()}
+    assert changed == {"pair_heatmaps", "retention_flows", "state_distribution"}
+    html = (again / "report.html").read_text()
+    assert all(base64.b64encode(data).decode() in html for data in figures.values())
 
 
 @pytest.fixture(scope="module")

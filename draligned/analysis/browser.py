@@ -9,6 +9,7 @@ archive with thousands of runs never makes one huge page.
 from __future__ import annotations
 
 import html
+from functools import lru_cache
 from pathlib import Path
 
 from draligned.analysis.browse_pair import pair_body
@@ -26,6 +27,9 @@ from draligned.records import RunRecord
 
 PAGE_ROWS = 200
 """Rows per index page."""
+SHARED_TEXTS = 1024
+"""Blob texts the run pages keep while they are written: runs share system prompts, user messages and
+tool returns (the demo's 120 run pages read 2,241 distinct blobs 8,104 times)."""
 
 PAGE_CSS = CSS + """
 main { max-width:1500px; }
@@ -112,6 +116,7 @@ def write_pages(report: Report, plan: Plan, banner: str | None, out: Path) -> No
     runs_dir, pairs_dir = out / "pages" / "runs", out / "pages" / "pairs"
     runs_dir.mkdir(parents=True, exist_ok=True)
     pairs_dir.mkdir(parents=True, exist_ok=True)
+    texts = lru_cache(maxsize=SHARED_TEXTS)(archive.get_text)
     back = _crumbs(("report", "../../report.html"), ("all runs", "index-1.html"),
                    ("all pairs", "../pairs/index-1.html"))
     for row in report.tables["process_runs"].records():
@@ -122,7 +127,7 @@ def write_pages(report: Report, plan: Plan, banner: str | None, out: Path) -> No
                 "no run file for it; reindex the archive and rebuild the report.</p>", banner), encoding="utf-8")
             continue
         note = SIMULATOR_PROTOCOLS.get(record.protocol, "")
-        body = run_body(archive, record, f"This agent model is a {note}." if note else "",
+        body = run_body(texts, record, f"This agent model is a {note}." if note else "",
                         in_pairs.get(record.run_id, []))
         (runs_dir / f"{record.run_id}.html").write_text(frame(f"run {record.run_id}", back, body, banner),
                                                         encoding="utf-8")

@@ -55,6 +55,18 @@ def fragments(text: str, k: int) -> set[str]:
     return {t[i:i + k] for i in range(len(t) - k + 1)}
 
 
+def shared_fragments(text: str, draft: str, lengths: tuple[int, int], draft_frags: set[str]) -> tuple[set[str], ...]:
+    """Per length, the windows of ``text`` that are also windows of ``draft`` (``draft_frags``: its windows of
+    the first length): all a draft sentence's windows can meet, since a sentence lies within the whitespace-
+    normalised draft. One pass over ``text`` at the shortest length finds where a shared window can start
+    (a shared window's prefix is shared too); the longer ones are cut only there, instead of a set of every
+    window of ``text`` at each length."""
+    t, m = _norm(text), min(lengths)
+    known = draft_frags if m == lengths[0] else fragments(draft, m)
+    starts = [i for i in range(len(t) - m + 1) if t[i:i + m] in known]
+    return tuple({t[i:i + n] for i in starts if i + n <= len(t)} for n in lengths)
+
+
 def shares_fragment(text: str, k: int, known: set[str]) -> bool:
     """Whether any k-character window of the whitespace-normalised text is in ``known`` (stops at the first
     one: no set of the text's own windows is built, which was most of the provenance table's time)."""
@@ -85,7 +97,7 @@ def provenance(runs: list[RunRow], texts: dict[str, RunTexts], plan: Plan) -> Ta
             c[f"{u.kind}:linked"] += linked(u.text, u.url, draft, draft_frags, k)
         joined = "\n".join(u.text for u in units)
         urls = [u.url for u in units if u.url]
-        ret_frags, ret_strict = fragments(joined, k), fragments(joined, strict)
+        ret_frags, ret_strict = shared_fragments(joined, draft, (k, strict), draft_frags)
         for sentence in draft_units(draft):
             by_url = any(url in sentence for url in urls)
             c["draft:total"] += 1

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from statistics import median
 from typing import Any
 
 import duckdb
+import matplotlib
+import PIL
 import pyarrow as pa
 
 from draligned.analysis import plots
@@ -17,22 +20,70 @@ from draligned.analysis.findings import Finding
 from draligned.analysis.page import link, render_html
 from draligned.analysis.plan import Plan
 from draligned.analysis.table import Table, fmt
+from draligned.archive.fingerprint import code_fingerprint
+from draligned.hashing import sha256_bytes, sha256_json
 
 SHOWN_ROWS = 40
 """Rows shown per table in report.md/html; the CSV always has all of them."""
 
 
-def figures(report: Report, plan: Plan) -> dict[str, bytes]:
-    """Every figure a section names, as PNG bytes."""
+FIGURE_INPUTS = ".inputs.json"
+"""In ``figures/``: per figure, the sha256 of what it was drawn from and of its PNG."""
+
+
+def figure_sources(report: Report, plan: Plan) -> dict[str, tuple[Callable[..., bytes], tuple[Any, ...]]]:
+    """Every figure a section names: the function that draws it and the arguments it is drawn from."""
     t = report.tables.get
     return {
-        "pair_heatmaps": plots.pair_heatmaps(t("pair_matrix"), report.identity.evaluator_id, plan.comparisons.primary),
-        "state_distribution": plots.state_distribution(t("state_distribution")),
-        "retention_flows": plots.retention_flows(t("retention_flows")),
-        "text_change": plots.text_change(t("text_change")),
-        "process_counts": plots.process_counts(t("process_by_arm")),
-        "cess_vs_opened": plots.cess_vs_opened(t("cess_by_arm")),
+        "pair_heatmaps": (plots.pair_heatmaps, (t("pair_matrix"), report.identity.evaluator_id,
+                                                plan.comparisons.primary)),
+        "state_distribution": (plots.state_distribution, (t("state_distribution"),)),
+        "retention_flows": (plots.retention_flows, (t("retention_flows"),)),
+        "text_change": (plots.text_change, (t("text_change"),)),
+        "process_counts": (plots.process_counts, (t("process_by_arm"),)),
+        "cess_vs_opened": (plots.cess_vs_opened, (t("cess_by_arm"),)),
     }
+
+
+def _earlier(directory: Path) -> dict[str, Any]:
+    try:
+        record = json.loads((directory / FIGURE_INPUTS).read_bytes())
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def _kept_png(path: Path, earlier: Any, inputs: str) -> bytes | None:
+    """The PNG at ``path`` if an earlier build drew it from ``inputs`` and it is unchanged since."""
+    if not isinstance(earlier, dict) or earlier.get("inputs") != inputs:
+        return None
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    return data if sha256_bytes(data) == earlier.get("sha256") else None
+
+
+def write_figures(report: Report, plan: Plan, directory: Path) -> dict[str, bytes]:
+    """Every figure as PNG bytes, written under ``directory`` with their inputs' record. A figure that an
+    earlier build in ``directory`` drew from the same inputs (tables, arguments, code, matplotlib and
+    Pillow) is taken from its file instead of drawn again: after a new read, the figures of runs and texts
+    stay as they were, and drawing is most of a report's time."""
+    directory.mkdir(parents=True, exist_ok=True)
+    earlier, record, out = _earlier(directory), {}, {}
+    code = {"code": code_fingerprint(), "matplotlib": matplotlib.__version__, "pillow": PIL.__version__}
+    for name, (draw, args) in figure_sources(report, plan).items():
+        inputs = sha256_json({"figure": name, **code,
+                              "args": [a.model_dump(mode="json") if isinstance(a, Table) else a for a in args]})
+        path = directory / f"{name}.png"
+        data = _kept_png(path, earlier.get(name), inputs)
+        if data is None:
+            data = draw(*args)
+            path.write_bytes(data)
+        out[name] = data
+        record[name] = {"inputs": inputs, "sha256": sha256_bytes(data)}
+    (directory / FIGURE_INPUTS).write_text(json.dumps(record, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    return out
 
 
 def _sql_type(values: list[Any]) -> str:
@@ -180,10 +231,7 @@ def render_markdown(report: Report, plan: Plan) -> str:
 def write_report(report: Report, plan: Plan, out: str | Path) -> dict[str, Path]:
     """Write every output under ``out`` (the pair browser's pages under ``out/pages``); returns the main paths."""
     out = Path(out)
-    (out / "figures").mkdir(parents=True, exist_ok=True)
-    figs = figures(report, plan)
-    for name, data in figs.items():
-        (out / "figures" / f"{name}.png").write_bytes(data)
+    figs = write_figures(report, plan, out / "figures")
     export_tables(report, out / "tables")
     write_pages(report, plan, banner(report), out)
     (out / "report.md").write_text(render_markdown(report, plan), encoding="utf-8")
