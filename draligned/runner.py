@@ -324,17 +324,22 @@ class Dispatch:
         """The next slot that may start, with its attempt number; slots that may not are set aside as
         not started (with why). None when none is left."""
         self._running_cost[source] = running
-        cap = self.study.spec.max_cost_usd
         while self._queue:
             slot = self._queue.popleft()
-            spent = self.earlier + self.cost()
-            why = (f"study cost cap reached: ${spent:.4f} spent of max_cost_usd ${cap:g}"
-                   if cap is not None and spent >= cap else self._stopped.get(slot.model))
+            why = self.refusal(slot)
             if why is None:
                 return slot, self._attempts.get(slot.slot_id, 0) + 1
             self.result.not_started[slot.slot_id] = why
             self.tell()
         return None
+
+    def refusal(self, slot: Slot) -> str | None:
+        """Why a run of ``slot`` may not start now (the study's cost cap is spent, or its model was stopped as
+        unreachable), or None: asked for every slot taken and for every retry of a Ray task."""
+        cap, spent = self.study.spec.max_cost_usd, self.earlier + self.cost()
+        if cap is not None and spent >= cap:
+            return f"study cost cap reached: ${spent:.4f} spent of max_cost_usd ${cap:g}"
+        return self._stopped.get(slot.model)
 
     def end(self, outcome: RunOutcome, source: int = 0, running: float = 0.0) -> None:
         """Count a run that ended; after ``stop_after_connection_failures`` consecutive unreachable runs of

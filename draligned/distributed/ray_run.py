@@ -36,7 +36,7 @@ from typing import Any
 
 from draligned.archive import Archive
 from draligned.archive.merge import archive_files
-from draligned.archive.store import record_bytes, write_once
+from draligned.archive.store import sealed_record_bytes, write_once
 from draligned.distributed.ray_limits import ModelLimits
 from draligned.models import ModelAPI
 from draligned.records import RunRecord, Slot
@@ -108,7 +108,7 @@ class _Shard(Archive):
         files = {rel: (self.root / rel).read_bytes() for rel in archive_files(self)}  # the provenance
         files |= {f"blobs/{sha[:2]}/{sha}": self.get_blob(sha)
                   for sha in (record.system_prompt_blob, record.user_message_blob, record.tools_blob)}
-        files[f"runs/{record.run_id}.started.json"] = record_bytes(record.sealed())
+        files[f"runs/{record.run_id}.started.json"] = sealed_record_bytes(record)[1]
         if self._commit is None:
             self._send_started(files)
             return
@@ -337,12 +337,15 @@ async def _run_tasks(ray: Any, study: Study, dispatch: Dispatch, max_retries: in
                 dispatch.retrying(one.slot.slot_id, -one.retrying)
             if not isinstance(exc, ray.exceptions.RayError):
                 raise exc  # the driver's own failure (a refused staging write), not the task's
-            if not isinstance(exc, ray.exceptions.RayTaskError) and one.tries <= max_retries:
-                submit(one.slot, one.attempt + one.started, one.tries + 1)
-                continue
             cause = getattr(exc, "cause", None) or exc
             why = str(cause).strip().splitlines()[-1] if str(cause).strip() else type(cause).__name__
-            dispatch.result.not_started[one.slot.slot_id] = (
-                f"its Ray task failed {one.tries} time(s), the last ({type(cause).__name__}): {why}")
+            failed = f"its Ray task failed {one.tries} time(s), the last ({type(cause).__name__}): {why}"
+            if not isinstance(exc, ray.exceptions.RayTaskError) and one.tries <= max_retries:
+                refused = dispatch.refusal(one.slot)  # a retry is a new start: the cap and the stop hold for it
+                if refused is None:
+                    submit(one.slot, one.attempt + one.started, one.tries + 1)
+                    continue
+                failed += f"; not tried again: {refused}"
+            dispatch.result.not_started[one.slot.slot_id] = failed
             dispatch.tell()
         fill()  # after each run, as a lane of --workers takes its next slot when its run ends
