@@ -233,3 +233,17 @@ def test_stale_index_is_reported(built):
     assert "Warning: the index lists 12 runs but the archive holds 11 run files" in md
     assert "built with --no-verify" in md
     assert json.loads((tmp / "out-stale" / "tables" / "manifest.json").read_text())["identity"]["verified"] is False
+
+
+def test_a_figures_inputs_tell_nan_infinity_and_null_apart():
+    """A table value changing between NaN, infinity and null changes the figure's inputs, so its old drawing
+    is not reused (a JSON-mode dump writes all three as null); equal tables give equal inputs."""
+    from draligned.analysis.render import figure_inputs
+    from draligned.analysis.table import Table
+
+    def inputs(value: object) -> str:
+        table = Table(name="t", title="T", note="n", columns=["x"], rows=[[value]])
+        return figure_inputs("fig", {"code": "c"}, (table, "primary"))
+
+    seen = [inputs(v) for v in (float("nan"), float("inf"), float("-inf"), None, 0.5)]
+    assert len(set(seen)) == 5 and inputs(0.5) == seen[-1]

@@ -12,6 +12,7 @@ import duckdb
 import matplotlib
 import PIL
 import pyarrow as pa
+from matplotlib import ft2font
 
 from draligned.analysis import plots
 from draligned.analysis.browser import write_pages
@@ -21,7 +22,7 @@ from draligned.analysis.page import link, render_html
 from draligned.analysis.plan import Plan
 from draligned.analysis.table import Table, fmt
 from draligned.archive.fingerprint import code_fingerprint
-from draligned.hashing import sha256_bytes, sha256_json
+from draligned.hashing import sha256_bytes
 
 SHOWN_ROWS = 40
 """Rows shown per table in report.md/html; the CSV always has all of them."""
@@ -64,6 +65,13 @@ def _kept_png(path: Path, earlier: Any, inputs: str) -> bytes | None:
     return data if sha256_bytes(data) == earlier.get("sha256") else None
 
 
+def figure_inputs(name: str, code: dict[str, str], args: tuple[Any, ...] | list[Any]) -> str:
+    """The sha256 of what a figure is drawn from. Tables count as their Python values: a JSON-mode dump
+    would write NaN and infinities as null, so a value changing between them would keep an old drawing."""
+    body = {"figure": name, **code, "args": [a.model_dump() if isinstance(a, Table) else a for a in args]}
+    return sha256_bytes(json.dumps(body, sort_keys=True, allow_nan=True, default=repr).encode("utf-8"))
+
+
 def write_figures(report: Report, plan: Plan, directory: Path) -> dict[str, bytes]:
     """Every figure as PNG bytes, written under ``directory`` with their inputs' record. A figure that an
     earlier build in ``directory`` drew from the same inputs (tables, arguments, code, matplotlib and
@@ -71,10 +79,10 @@ def write_figures(report: Report, plan: Plan, directory: Path) -> dict[str, byte
     stay as they were, and drawing is most of a report's time."""
     directory.mkdir(parents=True, exist_ok=True)
     earlier, record, out = _earlier(directory), {}, {}
-    code = {"code": code_fingerprint(), "matplotlib": matplotlib.__version__, "pillow": PIL.__version__}
+    code = {"code": code_fingerprint(), "matplotlib": matplotlib.__version__, "pillow": PIL.__version__,
+            "freetype": ft2font.__freetype_version__}
     for name, (draw, args) in figure_sources(report, plan).items():
-        inputs = sha256_json({"figure": name, **code,
-                              "args": [a.model_dump(mode="json") if isinstance(a, Table) else a for a in args]})
+        inputs = figure_inputs(name, code, args)
         path = directory / f"{name}.png"
         data = _kept_png(path, earlier.get(name), inputs)
         if data is None:
