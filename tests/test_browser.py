@@ -272,3 +272,22 @@ def test_index_pages_are_paginated_and_link_every_row() -> None:
     linked = [re.findall(r'href="\.\./\.\./pages/runs/(r\d+)\.html"', pages[f"index-{n}.html"]) for n in (1, 2, 3)]
     assert [len(x) for x in linked] == [PAGE_ROWS, PAGE_ROWS, 50] and sum(linked, []) == [r[0] for r in rows]
     assert all('href="index-3.html"' in p and "simulator-banner" not in p for p in pages.values())
+
+
+def test_the_run_pages_keep_short_shared_texts_and_read_long_ones_again(monkeypatch):
+    """Short texts are read once while they stay among the last SHARED_TEXTS; a text longer than
+    SHARED_TEXT_CHARS is never held, so the pages' memory stays bounded whatever the archive holds."""
+    from draligned.analysis import browser
+
+    monkeypatch.setattr(browser, "SHARED_TEXTS", 2)
+    store = {"a": "x", "b": "y", "c": "z", "long": "w" * (browser.SHARED_TEXT_CHARS + 1)}
+    reads: list[str] = []
+
+    def get(sha: str) -> str:
+        reads.append(sha)
+        return store[sha]
+
+    texts = browser.shared_texts(get)
+    assert [texts(s) for s in ("a", "b", "a", "long", "long", "c", "a", "b")] == [
+        "x", "y", "x", store["long"], store["long"], "z", "x", "y"]
+    assert reads == ["a", "b", "long", "long", "c", "b"]  # "c" pushed out "b", the least recently used

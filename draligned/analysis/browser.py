@@ -9,11 +9,11 @@ archive with thousands of runs never makes one huge page.
 from __future__ import annotations
 
 import html
-from functools import lru_cache
+from collections import OrderedDict
 from pathlib import Path
 
 from draligned.analysis.browse_pair import pair_body
-from draligned.analysis.browse_run import run_body
+from draligned.analysis.browse_run import Texts, run_body
 from draligned.analysis.build import Report
 from draligned.analysis.page import CSS, cell, header_cell, state_badge
 from draligned.analysis.plan import Plan
@@ -30,6 +30,27 @@ PAGE_ROWS = 200
 SHARED_TEXTS = 1024
 """Blob texts the run pages keep while they are written: runs share system prompts, user messages and
 tool returns (the demo's 120 run pages read 2,241 distinct blobs 8,104 times)."""
+SHARED_TEXT_CHARS = 32_768
+"""Longest text kept (so at most about 32 MB are held); a longer one, such as a whole page read, is read again."""
+
+
+def shared_texts(get: Texts) -> Texts:
+    """``get`` remembering the last SHARED_TEXTS texts of at most SHARED_TEXT_CHARS characters."""
+    kept: OrderedDict[str, str] = OrderedDict()
+
+    def texts(sha: str) -> str:
+        text = kept.get(sha)
+        if text is not None:
+            kept.move_to_end(sha)
+            return text
+        text = get(sha)
+        if len(text) <= SHARED_TEXT_CHARS:
+            kept[sha] = text
+            if len(kept) > SHARED_TEXTS:
+                kept.popitem(last=False)
+        return text
+
+    return texts
 
 PAGE_CSS = CSS + """
 main { max-width:1500px; }
@@ -116,7 +137,7 @@ def write_pages(report: Report, plan: Plan, banner: str | None, out: Path) -> No
     runs_dir, pairs_dir = out / "pages" / "runs", out / "pages" / "pairs"
     runs_dir.mkdir(parents=True, exist_ok=True)
     pairs_dir.mkdir(parents=True, exist_ok=True)
-    texts = lru_cache(maxsize=SHARED_TEXTS)(archive.get_text)
+    texts = shared_texts(archive.get_text)
     back = _crumbs(("report", "../../report.html"), ("all runs", "index-1.html"),
                    ("all pairs", "../pairs/index-1.html"))
     for row in report.tables["process_runs"].records():
