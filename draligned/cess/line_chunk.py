@@ -18,6 +18,7 @@ False and leaves the line to the next one; neither accepts a line the full valid
 
 from __future__ import annotations
 
+import threading
 from itertools import chain, repeat
 from operator import itemgetter
 from typing import Any
@@ -38,8 +39,18 @@ _PROBS, _CHOSEN, _STOP = itemgetter("probs"), itemgetter("chosen"), itemgetter("
 _OBJECT, _ARRAY = simdjson.Object, simdjson.Array
 _POOLS_KEPT = 1024
 """At most this many distinct pools are kept per chunk for :meth:`LineChunk._pool_ids`."""
-_PARSER = simdjson.Parser()
-"""One DOM parser per process; a parse frees the previous document, so no DOM object outlives :meth:`take_line`."""
+
+
+_PARSERS = threading.local()
+
+
+def _parser() -> Any:
+    """This thread's simdjson parser: a parse frees the previous document, so two threads loading at once
+    must not share one (the second parse would be refused while the first's document is in use)."""
+    parser = getattr(_PARSERS, "parser", None)
+    if parser is None:
+        parser = _PARSERS.parser = simdjson.Parser()
+    return parser
 
 
 def _floats(values: Any, n: int) -> Any | None:
@@ -111,9 +122,13 @@ class LineChunk:
         if start >= end or text[start] != 0x7B:
             return False
         try:
-            doc = _PARSER.parse(memoryview(text)[start:end])
-        except (ValueError, RuntimeError):  # not JSON, not UTF-8, a number out of range (BIGINT_ERROR)
+            doc = _parser().parse(memoryview(text)[start:end])
+        except ValueError:  # not JSON, not UTF-8
             return False
+        except RuntimeError as exc:  # a number out of range; any other (a parser in use) is a bug, not a line
+            if str(exc).startswith("BIGINT_ERROR"):
+                return False
+            raise
         try:
             return self._take_doc(doc, text.count(b"[", start, end) if counted else None)
         except (KeyError, TypeError):  # a required key missing (or one the field count implied), an unhashable id

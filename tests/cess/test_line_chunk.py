@@ -198,3 +198,17 @@ def test_a_nested_array_that_flattens_to_the_right_length_is_caught_by_the_chunk
     chunk, spans, count, error = fastload._gather(first + bracketed, 1)  # a last line without a line end
     assert error is None and chunk.ids == ["t1", "[t1]"]
     assert spans == [(0, len(first)), (len(first), len(first) + len(bracketed))]
+
+
+def test_each_thread_parses_with_its_own_simdjson_parser():
+    """A caller with threads may load two files at once: a shared parser would refuse the second parse
+    while the first's document is in use, and every line would silently take the slow path."""
+    import threading
+
+    from draligned.cess import line_chunk
+
+    here, there = line_chunk._parser(), []
+    thread = threading.Thread(target=lambda: there.append(line_chunk._parser()))
+    thread.start()
+    thread.join()
+    assert line_chunk._parser() is here and there and there[0] is not here
