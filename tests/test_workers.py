@@ -92,6 +92,23 @@ class CountingServer(WireServer):
         return super().reply(kind, number)
 
 
+class PairedServer(WireServer):
+    """An openai-chat loopback server that answers no request until two are in flight at once: with one lane
+    in each of two processes, the study finishes only if the worker sent one of them."""
+
+    def __init__(self) -> None:
+        super().__init__("openai-chat", ["submit"])
+        self.pair, self.paired = threading.Barrier(2), []
+
+    def reply(self, kind: str, number: int) -> dict[str, Any]:
+        try:
+            self.pair.wait(timeout=30)
+            self.paired.append(True)
+        except threading.BrokenBarrierError:
+            self.paired.append(False)
+        return super().reply(kind, number)
+
+
 def openai_study(path: Path, seeds: int, concurrency: int, base_url: str, key_env: str, retry: str = "") -> Path:
     """A study at ``path`` of the demo travel card with one ``openai-chat`` model at ``base_url`` (archive
     ``archive`` beside it)."""
@@ -129,13 +146,15 @@ def test_a_model_connection_limit_holds_across_two_workers(tmp_path, monkeypatch
 @pytest.mark.slow
 def test_workers_run_in_the_environment_of_their_study_not_of_the_fork_server(tmp_path, monkeypatch):
     """Workers are forks of a server that outlives a study: a study's workers see the environment as it is
-    when the study runs (a key set after the server started), and fail without it."""
-    with WireServer("openai-chat", ["submit"]) as server:
+    when the study runs (a key set after the server started), and fail without it. The server answers only
+    once both runs' requests are in (one lane per process), so the worker surely sent one."""
+    with PairedServer() as server:
         later = openai_study(tmp_path / "later.toml", 1, 2, server.base_url, "LATER_KEY")
         fork_server(load_study(later))
         multiprocessing.forkserver.ensure_running()  # as an earlier study of this process would have
         monkeypatch.setenv("LATER_KEY", "sk-later")
         assert main(["run", str(later), "--workers", "2"]) == 0  # a worker without the key fails the study
+    assert server.paired == [True, True] and len(server.log) == 2
     assert {e["headers"]["authorization"] for e in server.log} == {"Bearer sk-later"}
     assert len(_finished_per_slot(Archive(tmp_path / "archive"))) == 2
 
