@@ -206,6 +206,8 @@ async def _serve(study: Study, search: StudySearch, models: dict[str, ModelAPI],
             await asyncio.to_thread(proc.join)
     finally:
         await asyncio.wait([starting])  # no worker starts after the study ended
+        if not starting.cancelled():
+            starting.exception()  # a failed start behind a failed run_slots: that one is raised, this one seen
         started = [proc for proc in procs if proc.pid is not None]
         for proc in started:  # interrupted (Ctrl-C, SIGTERM): each worker cancels its runs, which clean up
             if proc.is_alive():
@@ -223,6 +225,7 @@ async def _serve(study: Study, search: StudySearch, models: dict[str, ModelAPI],
 
 
 def _start(procs: list[ForkServerProcess]) -> None:
+    """Start the worker processes (each a fork of the fork server; blocks while that server is importing)."""
     for proc in procs:
         proc.start()
 

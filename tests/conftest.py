@@ -93,7 +93,8 @@ def _no_network(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture(autouse=True, scope="session")
 def _one_worker() -> Iterator[None]:
     """``draligned run`` without ``--workers`` runs on one event loop: the suite already runs on every core
-    (pytest-xdist), and a spawned worker process per run would cost seconds. Tests of ``--workers`` say N.
+    (pytest-xdist), and a worker process per study (a fork of the fork server, which imports the SDKs)
+    would cost seconds. Tests of ``--workers`` say N.
     Set for the session, so that it holds in the module fixtures that run a study too (they are set up
     before any function-scoped fixture)."""
     with pytest.MonkeyPatch.context() as mp:

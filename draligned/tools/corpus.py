@@ -270,8 +270,9 @@ def load_corpus(path: str | Path) -> Corpus:
 
     Raises ``CorpusError`` whose message starts with ``<file>:<line>:`` and names the
     offending field for invalid JSON, non-object lines, missing/invalid/extra fields and
-    duplicate ids or urls. The file is read and hashed every time; bytes loaded before (by any path)
-    give the corpus built from them then, so an edited file is never served stale.
+    duplicate ids or urls. The file is read and hashed every time; bytes loaded before (by any path; the
+    last ``LOADED`` files of at most ``LOADED_BYTES``) give the corpus built from them then, so an edited
+    file is never served stale.
     """
     path = Path(path)
     raw = read_file(path, CorpusError, "corpus")
