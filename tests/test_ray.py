@@ -222,7 +222,7 @@ def test_a_slot_whose_worker_dies_on_every_try_stays_unfinished_until_a_rerun(tm
     the driver, on both tries. The slot stays unfinished with both attempts archived as interrupted runs
     (as a killed local run is), the study exits 1 saying why; the next run, the fault gone, finishes it as
     attempt 3. The killed workers' scratch shards are left for the next task on their node to remove."""
-    from draligned.distributed import ray_run
+    from draligned.distributed import ray_run, ray_shard
 
     monkeypatch.setattr(ray_run, "MAX_RETRIES", 1)
     archive, stop = tmp_path / "archive", threading.Event()
@@ -256,7 +256,7 @@ def test_a_slot_whose_worker_dies_on_every_try_stays_unfinished_until_a_rerun(tm
         (first, first_node), (second, second_node) = sorted(ran_on, key=lambda r: by_id[r[0]].attempt)
         left = {p.name.removesuffix(".started.json") for t in nodes for p in t.glob("*/runs/*.started.json")}
         assert left == ({second} if first_node == second_node else {first, second})
-        assert sum(ray_run.remove_dead_scratch(t) for t in nodes) == len(left) and not any(
+        assert sum(ray_shard.remove_dead_scratch(t) for t in nodes) == len(left) and not any(
             list(t.iterdir()) for t in nodes)
         replies.set()
         assert main(["run", str(study), "--ray", cluster.address]) == 0

@@ -19,7 +19,6 @@ Ray is imported only here (``pip install 'draligned[ray]'``).
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import itertools
 import os
 import queue
@@ -28,18 +27,17 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
-from concurrent.futures import Future
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from draligned.archive import Archive
-from draligned.archive.merge import archive_files
-from draligned.archive.store import sealed_record_bytes, write_once
+from draligned.archive.store import write_once
 from draligned.distributed.ray_limits import ModelLimits
+from draligned.distributed.ray_shard import Event, StreamingShard, new_scratch, remove_dead_scratch
 from draligned.models import ModelAPI
-from draligned.records import RunRecord, Slot
+from draligned.records import Slot
 from draligned.runner import (
     Dispatch,
     Execute,
@@ -57,8 +55,6 @@ from draligned.shards import lock_whole, merge_locked
 from draligned.study import Study, StudyError
 from draligned.tools.pool_search import StudySearch
 
-SCRATCH_PREFIX = "draligned-shard-"
-"""The name of a task's node-local scratch shard (in the node's temporary directory) begins so."""
 STAGING = ".ray-shards"
 """Where the driver stages the shards its tasks returned (inside the archive; a merge skips dot folders)."""
 MAX_RETRIES = 3
@@ -94,45 +90,6 @@ def _limits_actor(ray: Any) -> Any:
     return _LIMITS[key]
 
 
-class _Shard(Archive):
-    """A task's node-local shard that sends its run's started marker, with the files it names, to the driver
-    as soon as the marker is durable here: a try lost with its worker or node is then archived as an
-    interrupted attempt, as a killed local run is."""
-
-    def __init__(self, root: Path, send: Callable[[Event], None]) -> None:
-        super().__init__(root)
-        self.send, self.sent = send, set[str]()
-
-    def write_started(self, record: RunRecord) -> None:
-        super().write_started(record)
-        files = {rel: (self.root / rel).read_bytes() for rel in archive_files(self)}  # the provenance
-        files |= {f"blobs/{sha[:2]}/{sha}": self.get_blob(sha)
-                  for sha in (record.system_prompt_blob, record.user_message_blob, record.tools_blob)}
-        files[f"runs/{record.run_id}.started.json"] = sealed_record_bytes(record)[1]
-        if self._commit is None:
-            self._send_started(files)
-            return
-
-        def send_once_durable(done: Future[None]) -> None:  # on the writer thread; a refused write fails the run
-            if done.exception() is None:
-                self._send_started(files)
-
-        self._commit.barrier().add_done_callback(send_once_durable)
-
-    def _send_started(self, files: dict[str, bytes]) -> None:
-        self.sent |= files.keys()
-        self.send(("started", files, None))
-
-    def unsent(self) -> dict[str, bytes]:
-        """The shard's files the driver has not been sent (once the run ended: the rest of the shard)."""
-        return {rel: (self.root / rel).read_bytes() for rel in archive_files(self) if rel not in self.sent}
-
-
-Event = tuple[str, Any, Any]
-"""What a task sends its driver: ("started", files, None), ("retrying", slot id, +1 | -1) or
-("ended", files, RunOutcome)."""
-
-
 def run_slot(study: Study, slot: Slot, attempt: int, limits: Any, key: str, limit: int,
              lease: str) -> Iterator[Event]:
     """The Ray task (a generator, so the driver hears each event as it happens): run attempt ``attempt`` of
@@ -144,11 +101,11 @@ def run_slot(study: Study, slot: Slot, attempt: int, limits: Any, key: str, limi
     events: queue.SimpleQueue[Event | BaseException] = queue.SimpleQueue()
     scratch_base = Path(tempfile.gettempdir())
     remove_dead_scratch(scratch_base)
-    scratch, held = _new_scratch(scratch_base)
+    scratch, held = new_scratch(scratch_base)
 
     def run() -> None:  # the run's own event loop, in a thread: the generator yields while it runs
         try:
-            archive = _Shard(scratch, events.put)
+            archive = StreamingShard(scratch, events.put)
             outcome = asyncio.run(_run_one(study.model_copy(update={"archive_root": scratch}), archive, slot,
                                            attempt, lambda slot_id, delta: events.put(("retrying", slot_id, delta))))
             events.put(("ended", archive.unsent(), outcome))
@@ -169,37 +126,6 @@ def run_slot(study: Study, slot: Slot, attempt: int, limits: Any, key: str, limi
         runner.join()
         shutil.rmtree(scratch, ignore_errors=True)
         os.close(held)
-
-
-def _new_scratch(base: Path) -> tuple[Path, int]:
-    """A fresh scratch shard in ``base`` and the descriptor of its lock, held while its task lives (the lock
-    file is locked before it gets its name, so no sweep sees it free)."""
-    scratch = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir=base))
-    held = os.open(scratch / ".lock-new", os.O_CREAT | os.O_WRONLY, 0o600)
-    fcntl.flock(held, fcntl.LOCK_EX)
-    os.rename(scratch / ".lock-new", scratch / ".lock")
-    return scratch, held
-
-
-def remove_dead_scratch(base: Path) -> int:
-    """Remove the scratch shards in ``base`` whose task's worker died (their lock free: a live task holds
-    its own); returns how many. The driver holds what such a try had sent; the rest is lost with it."""
-    removed = 0
-    for scratch in base.glob(f"{SCRATCH_PREFIX}*"):
-        try:
-            fd = os.open(scratch / ".lock", os.O_RDONLY)
-        except OSError:  # being made, or being removed
-            continue
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:  # its task is running
-            continue
-        else:
-            shutil.rmtree(scratch, ignore_errors=True)
-            removed += 1
-        finally:
-            os.close(fd)
-    return removed
 
 
 async def _run_one(study: Study, archive: Archive, slot: Slot, attempt: int, retrying: Retrying) -> RunOutcome:
