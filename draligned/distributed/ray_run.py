@@ -27,7 +27,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -211,10 +211,14 @@ class _Try:
     """Its started marker reached the driver (it is archived, so the next try is the next attempt)."""
     retrying: int = 0
     """Its model calls waiting to retry, as it last said."""
+    ended: bool = False
+    """Its run ended (told ``Dispatch``): its place may go to the next slot before its task is reaped."""
 
 
-async def _follow(stream: Any, one: _Try, dispatch: Dispatch) -> None:
-    """Stage what a try's task sends as it arrives and tell ``dispatch``; raises what ended the task."""
+async def _follow(stream: Any, one: _Try, dispatch: Dispatch, then: Callable[[], None]) -> None:
+    """Stage what a try's task sends as it arrives and tell ``dispatch``; once its run ended, call ``then``
+    at once (the next slot is taken before any other run's end is counted, as a lane does); raises what
+    ended the task."""
     staged = dispatch.result.archive.root / STAGING / one.lease
     async for ref in stream:
         kind, data, more = await ref
@@ -227,11 +231,13 @@ async def _follow(stream: Any, one: _Try, dispatch: Dispatch) -> None:
         one.started = True
         if kind == "ended":
             dispatch.end(more)
+            one.ended = True
+            then()
             return
 
 
 async def _run_tasks(ray: Any, study: Study, dispatch: Dispatch, max_retries: int) -> None:
-    """Keep up to the study's ``concurrency`` tasks in flight, each with the next slot ``dispatch`` lets start
+    """Keep up to the study's ``concurrency`` runs going as Ray tasks, each with the next slot ``dispatch`` lets start
     (it applies the cost cap and the connection-failure stop); stage what each sends and tell ``dispatch``.
     A try whose worker or node died is tried again, as the next attempt when its started marker had
     arrived, up to ``max_retries`` times; one that raised is not (it would raise again). The driver does
@@ -244,10 +250,11 @@ async def _run_tasks(ray: Any, study: Study, dispatch: Dispatch, max_retries: in
     def submit(slot: Slot, attempt: int, tries: int) -> None:
         one = _Try(slot, attempt, tries, f"{token}-{next(numbers):06d}")
         stream = task.remote(study, slot, attempt, limits, f"{token}/{slot.model}", limit[slot.model], one.lease)
-        in_flight[asyncio.ensure_future(_follow(stream, one, dispatch))] = one
+        in_flight[asyncio.ensure_future(_follow(stream, one, dispatch, fill))] = one
 
     def fill() -> None:
-        while len(in_flight) < study.spec.concurrency and (got := dispatch.take()) is not None:
+        while (sum(not t.ended for t in in_flight.values()) < study.spec.concurrency
+               and (got := dispatch.take()) is not None):
             submit(*got, tries=1)
 
     fill()
@@ -274,4 +281,4 @@ async def _run_tasks(ray: Any, study: Study, dispatch: Dispatch, max_retries: in
                 failed += f"; not tried again: {refused}"
             dispatch.result.not_started[one.slot.slot_id] = failed
             dispatch.tell()
-        fill()  # after each run, as a lane of --workers takes its next slot when its run ends
+        fill()  # after a try that failed (a run that ended took its next slot in _follow)
