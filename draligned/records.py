@@ -660,8 +660,14 @@ class RunRecord(Record):
 
     def sealed(self) -> RunRecord:
         """A copy with ``record_sha256`` computed over all other fields."""
+        return self.sealed_dump()[0]
+
+    def sealed_dump(self) -> tuple[RunRecord, dict[str, Any]]:
+        """The sealed copy and its JSON-mode dump, from the one dump the hash is computed over (a writer needs
+        both: dumping the sealed copy again was the larger part of writing a record)."""
         body = self.model_dump(mode="json", exclude={"record_sha256"})
-        return self.model_copy(update={"record_sha256": sha256_json(body)})
+        body["record_sha256"] = sha256_json(body)
+        return self.model_copy(update={"record_sha256": body["record_sha256"]}), body
 
     def blob_refs(self) -> list[tuple[str, str]]:
         """(sha256, kind) of every blob this record references, in a stable order."""

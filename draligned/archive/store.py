@@ -30,7 +30,7 @@ from pydantic import ValidationError
 
 from draligned.archive.commit import GroupCommit
 from draligned.archive.errors import ArchiveError, refuse_overwrite
-from draligned.hashing import canonical_json, sha256_bytes, sha256_json
+from draligned.hashing import canonical_json, sha256_bytes
 from draligned.records import RunRecord
 
 __all__ = ["Archive", "ArchiveError", "indented_json", "is_stale_temp", "record_bytes", "remove_stale_temp_files",
@@ -125,13 +125,11 @@ def record_bytes(record: RunRecord) -> bytes:
 
 
 def sealed_record_bytes(record: RunRecord) -> tuple[RunRecord, bytes]:
-    """``record.sealed()`` and its ``record_bytes``, from one dump of the record: every run writes a started
-    marker and a final record, and dumping the whole record twice (to seal it, then to write it) was the
-    larger part of both. The bytes are those of ``record_bytes(record.sealed())``."""
-    body = record.model_dump(mode="json", exclude={"record_sha256"})
-    body["record_sha256"] = sha256_json(body)
-    return (record.model_copy(update={"record_sha256": body["record_sha256"]}),
-            (indented_json(body) + "\n").encode())
+    """``record.sealed()`` and its ``record_bytes``, from one dump of the record (``RunRecord.sealed_dump``):
+    every run writes a started marker and a final record. The bytes are those of
+    ``record_bytes(record.sealed())``."""
+    sealed, body = record.sealed_dump()
+    return sealed, (indented_json(body) + "\n").encode()
 
 
 def indented_json(obj: Any) -> str:
