@@ -276,9 +276,11 @@ class Archive:
     def runs_dir(self) -> Path:
         return self.root / "runs"
 
-    def write_started(self, record: RunRecord) -> None:
-        """Write the started marker of a run (status ``started``)."""
-        self._write(self.runs_dir / f"{record.run_id}.started.json", sealed_record_bytes(record)[1], record=True)
+    def write_started(self, record: RunRecord) -> bytes:
+        """Write the started marker of a run (status ``started``); returns the marker's bytes."""
+        data = sealed_record_bytes(record)[1]
+        self._write(self.runs_dir / f"{record.run_id}.started.json", data, record=True)
+        return data
 
     def write_record(self, record: RunRecord) -> RunRecord:
         """Seal and write the final record of a run; returns the sealed record."""

@@ -15,7 +15,6 @@ from typing import Any
 
 from draligned.archive import Archive
 from draligned.archive.merge import archive_files
-from draligned.archive.store import sealed_record_bytes
 from draligned.records import RunRecord
 
 SCRATCH_PREFIX = "draligned-shard-"
@@ -35,21 +34,22 @@ class StreamingShard(Archive):
         super().__init__(root)
         self.send, self.sent = send, set[str]()
 
-    def write_started(self, record: RunRecord) -> None:
-        super().write_started(record)
+    def write_started(self, record: RunRecord) -> bytes:
+        data = super().write_started(record)
         files = {rel: (self.root / rel).read_bytes() for rel in archive_files(self)}  # the provenance
         files |= {f"blobs/{sha[:2]}/{sha}": self.get_blob(sha)
                   for sha in (record.system_prompt_blob, record.user_message_blob, record.tools_blob)}
-        files[f"runs/{record.run_id}.started.json"] = sealed_record_bytes(record)[1]
+        files[f"runs/{record.run_id}.started.json"] = data
         if self._commit is None:
             self._send_started(files)
-            return
+            return data
 
         def send_once_durable(done: Future[None]) -> None:  # on the writer thread; a refused write fails the run
             if done.exception() is None:
                 self._send_started(files)
 
         self._commit.barrier().add_done_callback(send_once_durable)
+        return data
 
     def _send_started(self, files: dict[str, bytes]) -> None:
         self.sent |= files.keys()
