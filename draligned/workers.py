@@ -276,13 +276,27 @@ class Channel:
         self._writer.close()
 
 
-def fork_server(study: Study) -> ForkServerContext:
-    """The fork server's context, with what a worker of ``study`` imports loaded in the server (when this
-    starts it: a server already running keeps what it loaded, and its workers import the rest)."""
+def fork_server_context(preload: list[str]) -> ForkServerContext:
+    """multiprocessing's fork server context, the modules ``preload`` loaded in the server when this call
+    starts it: a process has one fork server, so one already running keeps what it loaded, and its children
+    import the rest."""
     context = multiprocessing.get_context("forkserver")
-    protocols = {PROTOCOLS[m.protocol].partition(":")[0] for m in study.spec.models if m.protocol in PROTOCOLS}
-    context.set_forkserver_preload([__name__, *sorted(protocols)])
+    context.set_forkserver_preload(preload)
     return context
+
+
+def fork_server(study: Study) -> ForkServerContext:
+    """The fork server's context, with what a worker of ``study`` imports (this module, its SDKs) preloaded."""
+    protocols = {PROTOCOLS[m.protocol].partition(":")[0] for m in study.spec.models if m.protocol in PROTOCOLS}
+    return fork_server_context([__name__, *sorted(protocols)])
+
+
+def adopt(environ: dict[str, str], cwd: str) -> None:
+    """Take the parent's environment and directory in a fork server's child (it has the server's, as they
+    were when the server started)."""
+    os.environ.clear()
+    os.environ.update(environ)
+    os.chdir(cwd)
 
 
 def worker_main(study: bytes, path: str, concurrency: int, names: list[str], shared: list[str],
@@ -290,9 +304,7 @@ def worker_main(study: bytes, path: str, concurrency: int, names: list[str], sha
     """A worker process: run slots of the (pickled) ``study`` from the parent at ``path``, ``concurrency`` at a
     time, until it has no more; SIGTERM and Ctrl-C cancel the running runs (they clean their workspaces up)
     and end it. It runs in the parent's ``environ`` and ``cwd`` (the fork server's are those of its start)."""
-    os.environ.clear()
-    os.environ.update(environ)
-    os.chdir(cwd)
+    adopt(environ, cwd)
     try:
         run_loop(_work(pickle.loads(study), path, concurrency, set(names), set(shared)))
     except (KeyboardInterrupt, asyncio.CancelledError):

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 
+from draligned.workers import adopt, fork_server_context
 from tests.study_helpers import REPO
 
 #: ``python -m draligned.cli`` with Ctrl-C restored first: a child inherits an *ignored* SIGINT from a test
@@ -36,7 +37,8 @@ def start_cli(args: list[str], log: Path, new_session: bool = False) -> subproce
 #: once, in the fork server, rather than once per child.
 PRELOAD = ["draligned.cli.archive", "draligned.cli.run", "draligned.cli.evaluate", "draligned.cli.report",
            "draligned.archive_summary", "draligned.indexing", "draligned.workflow", "draligned.analysis.render",
-           "draligned.analysis.plan", "draligned.guards", "draligned.evaluator.config", "tests.processes"]
+           "draligned.analysis.plan", "draligned.guards", "draligned.evaluator.config", "draligned.workers",
+           "tests.processes"]
 
 
 def _cli_in_child(args: list[str], log: str, env: dict[str, str], cwd: str,
@@ -45,9 +47,7 @@ def _cli_in_child(args: list[str], log: str, env: dict[str, str], cwd: str,
     output to ``log``, ``setup`` (a test's patch), then exit with ``draligned ARGS``'s code."""
     from draligned.cli import main
 
-    os.environ.clear()
-    os.environ.update(env)
-    os.chdir(cwd)
+    adopt(env, cwd)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     os.dup2(out, 1)
@@ -65,10 +65,9 @@ def _cli_in_child(args: list[str], log: str, env: dict[str, str], cwd: str,
 def fork_server() -> multiprocessing.context.ForkServerContext:
     """The fork server's context: its children are forked from a server that loaded draligned once, so they
     start cheaply, each with its own locks, file handles and DuckDB connections, as separate ``draligned``
-    commands have."""
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(PRELOAD)
-    return context
+    commands have. The one server of the process also forks ``--workers`` workers, hence
+    ``draligned.workers`` in its preload whichever starts it first."""
+    return fork_server_context(PRELOAD)
 
 
 def fork_cli(args: list[str], log: Path, setup: Callable[[], object] | None = None) -> BaseProcess:
