@@ -9,7 +9,6 @@ archive with thousands of runs never makes one huge page.
 from __future__ import annotations
 
 import html
-from collections import OrderedDict
 from pathlib import Path
 
 from draligned.analysis.browse_pair import pair_body
@@ -23,6 +22,7 @@ from draligned.archive import Archive
 from draligned.cards import Card
 from draligned.evaluator.evidence import Evidence
 from draligned.evaluator.reading import load_card
+from draligned.lru import LRU
 from draligned.records import RunRecord
 
 PAGE_ROWS = 200
@@ -36,18 +36,14 @@ SHARED_TEXT_CHARS = 32_768
 
 def shared_texts(get: Texts) -> Texts:
     """``get`` remembering the last SHARED_TEXTS texts of at most SHARED_TEXT_CHARS characters."""
-    kept: OrderedDict[str, str] = OrderedDict()
+    kept: LRU[str, str] = LRU(SHARED_TEXTS)
 
     def texts(sha: str) -> str:
         text = kept.get(sha)
-        if text is not None:
-            kept.move_to_end(sha)
-            return text
-        text = get(sha)
-        if len(text) <= SHARED_TEXT_CHARS:
-            kept[sha] = text
-            if len(kept) > SHARED_TEXTS:
-                kept.popitem(last=False)
+        if text is None:
+            text = get(sha)
+            if len(text) <= SHARED_TEXT_CHARS:
+                kept.put(sha, text)
         return text
 
     return texts

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import copy
 import re
-import threading
 import unicodedata
-from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from functools import lru_cache
 from pathlib import Path
@@ -20,6 +18,7 @@ import numpy as np
 from pydantic import Field
 
 from draligned.hashing import sha256_bytes
+from draligned.lru import LRU
 from draligned.records import Record
 from draligned.tools.bm25 import BM25
 from draligned.tools.jsonl import parse_documents, read_file
@@ -261,8 +260,7 @@ LOADED, LOADED_BYTES = 4, 8 << 20
 """Corpora ``load_corpus`` keeps, by the sha256 of their bytes, and the largest file it keeps: a process
 running many studies over one corpus (the tests, a study's stages) tokenizes and indexes it once."""
 
-_loaded: OrderedDict[str, Corpus] = OrderedDict()
-_loaded_lock = threading.Lock()  # studies may run in several threads of one process
+_loaded: LRU[str, Corpus] = LRU(LOADED)  # studies may run in several threads of one process
 
 
 def load_corpus(path: str | Path) -> Corpus:
@@ -277,10 +275,7 @@ def load_corpus(path: str | Path) -> Corpus:
     path = Path(path)
     raw = read_file(path, CorpusError, "corpus")
     sha256 = sha256_bytes(raw)
-    with _loaded_lock:
-        if (known := _loaded.get(sha256)) is not None:
-            _loaded.move_to_end(sha256)
-    if known is not None:
+    if (known := _loaded.get(sha256)) is not None:
         if known.path == path:
             return known
         same = copy.copy(known)  # the documents and index are shared (nothing changes them), the path is its own
@@ -290,8 +285,5 @@ def load_corpus(path: str | Path) -> Corpus:
                            lambda d: [("id", d.id, d.id), ("url", _url_key(d.url), d.url)])
     corpus = Corpus(docs, path=path, sha256=sha256)
     if len(raw) <= LOADED_BYTES:
-        with _loaded_lock:
-            _loaded[sha256] = corpus
-            if len(_loaded) > LOADED:
-                _loaded.popitem(last=False)
+        _loaded.put(sha256, corpus)
     return corpus
