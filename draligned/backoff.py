@@ -75,12 +75,6 @@ async def retry_with_backoff(
         asked = asked_wait(exc) if exc is not None else None
         return max(backoff(state), asked or 0.0)
 
-    def stop(state: tenacity.RetryCallState) -> bool:
-        """``stop_after_attempt(max_attempts) | stop_before_delay(max_total_s)``, the delay counted from the first
-        attempt's start (tenacity's own clock starts after it)."""
-        return (state.attempt_number >= bounds.max_attempts
-                or time.monotonic() - started + (state.upcoming_sleep or 0.0) >= bounds.max_total_s)
-
     def record_wait(state: tenacity.RetryCallState) -> None:
         attempts[-1] = attempts[-1].model_copy(update={"wait_s": round(state.upcoming_sleep, 3)})
         if on_retry is not None:
@@ -88,7 +82,9 @@ async def retry_with_backoff(
 
     retrying = tenacity.AsyncRetrying(
         sleep=lambda s: SLEEP(s),
-        stop=stop,
+        # tenacity's clock starts after the first attempt: its delay is what is left of max_total_s
+        stop=(tenacity.stop_after_attempt(bounds.max_attempts)
+              | tenacity.stop_before_delay(bounds.max_total_s - (time.monotonic() - started))),
         wait=wait,
         retry=tenacity.retry_if_exception(retryable),
         before_sleep=record_wait,
