@@ -27,6 +27,7 @@ import numpy as np
 import orjson
 
 from draligned.cess.columns import ColumnBuilder, TrajectoryColumns
+from draligned.cess.heap import keep_freed_memory
 from draligned.cess.line_chunk import LineChunk, brackets
 from draligned.cess.trajectory import TrajectoryError, parse_trajectory
 
@@ -45,10 +46,17 @@ def _full_check(raw: bytes, number: int) -> Any | None:
     return parse_trajectory(text, number).model_dump()
 
 
-def _first_duplicate(ids: list[str], lines: Iterable[int], seen: set[str]) -> TrajectoryError | None:
+def _first_duplicate(ids: list[str], lines: Iterable[int], seen: set[str], offset: int = 0) -> TrajectoryError | None:
+    """The error for the first id of ``ids`` already seen (its line: ``offset`` + its number in ``lines``),
+    after adding them to ``seen``; None if each is new. Distinct new ids are added at once (set operations
+    in C); they are walked one by one only to find the first repeated one."""
+    new = set(ids)
+    if len(new) == len(ids) and seen.isdisjoint(new):
+        seen |= new
+        return None
     for tid, line in zip(ids, lines, strict=True):
         if tid in seen:
-            return TrajectoryError(line, "trajectory_id", f"duplicate id {tid!r}")
+            return TrajectoryError(offset + line, "trajectory_id", f"duplicate id {tid!r}")
         seen.add(tid)
     return None
 
@@ -162,7 +170,7 @@ class _Workers:
     main module again); idle, they share their pages with this process."""
 
     def __init__(self, workers: int) -> None:
-        self.pool = ProcessPoolExecutor(workers, mp_context=get_context("fork"))
+        self.pool = ProcessPoolExecutor(workers, mp_context=get_context("fork"), initializer=keep_freed_memory)
         self.pool.submit(int)  # the first task forks every worker, then starts the pool's own thread
 
     def submit(self, path: Path, start: int, end: int) -> Future[Checked]:
@@ -216,7 +224,7 @@ def _add_range(path: Path, line: int, start: int, end: int, result: Checked, see
         chunk, arrays, _, error = _check_chunk(_read(path, start, end), line)
         _add_chunk(chunk, arrays, error, seen, builder)
         return line + count
-    duplicate = _first_duplicate(ids, [line - 1 + n for n in lines], seen)
+    duplicate = _first_duplicate(ids, lines, seen, line - 1)
     if duplicate is not None:
         raise duplicate
     if ids:

@@ -147,15 +147,19 @@ class LineChunk:
             return False
         if type(pool) is not _OBJECT or type(rounds) is not _ARRAY or not 1 <= len(rounds) <= budget:
             return False
-        keys = set(pool.keys())  # one to three fields, each named once
-        if len(keys) != len(pool) or not {"doc_ids"} <= keys <= _POOL:
-            return False
-        pool_ids = self._pool_ids(pool["doc_ids"])
+        if len(pool) == 3:  # all three fields: each named once, or a lookup fails
+            doc_ids, y, m = pool["doc_ids"], pool["y"], pool["m"]
+        else:
+            keys = set(pool.keys())  # another number of fields: each named once, doc_ids among them
+            if len(keys) != len(pool) or not {"doc_ids"} <= keys <= _POOL:
+                return False
+            doc_ids, y, m = (pool["doc_ids"], pool["y"] if "y" in keys else None,
+                             pool["m"] if "m" in keys else None)
+        pool_ids = self._pool_ids(doc_ids)
         if pool_ids is None:
             return False
         ids, index = pool_ids
         n = len(ids)
-        y, m = (pool["y"] if "y" in keys else None), (pool["m"] if "m" in keys else None)
         doc_y = np.full(n, np.nan) if y is None else _floats(y, n)
         doc_y = _scores(y, n) if doc_y is None else doc_y  # nulls in pool.y: unknown scores
         doc_m = np.zeros(n) if m is None else _floats(m, n)

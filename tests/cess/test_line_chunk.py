@@ -116,6 +116,7 @@ COMPACT = orjson.dumps(VALID).decode()
     COMPACT.replace('"d1"', '"d\\ud800"'), COMPACT.replace("0.1,", "1E-1,", 1), COMPACT.replace("0.1,", "-0.0,", 1),
     COMPACT.replace("0.1,", "01,", 1), COMPACT.replace("0.1,", "12345678901234567890,", 1),
     COMPACT.replace('"t1"', '"t1\x00"'), COMPACT + "\x00", COMPACT.replace('"t1"', '"[t1]"'),
+    COMPACT.replace('"m":', '"y":'), COMPACT.replace('"m":', '"n":'), COMPACT.replace('"m":', '"doc_ids":'),
 ])
 def test_odd_lines_the_two_paths_agree(line: str) -> None:
     _agree(line.encode("utf-8", "surrogatepass"))
