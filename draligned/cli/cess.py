@@ -91,21 +91,26 @@ def _run_estimate(args: argparse.Namespace) -> int:
     from draligned.cess.heap import keep_freed_memory
     from draligned.cess.json_lines import json_lines
     from draligned.cess.parquet import load_parquet
+    from draligned.cess.parquet_lines import parquet_lines
     from draligned.cess.trajectory import TrajectoryError
 
-    load = load_parquet if trajectory_format(path, args.format) == "parquet" else load_columns
-    if load is load_parquet:  # this process only loads and estimates: reuse the reader's freed temporaries
+    parquet = trajectory_format(path, args.format) == "parquet"
+    if parquet:  # this process only loads and estimates: reuse the reader's freed temporaries
         keep_freed_memory()  # (not for JSON Lines: its peak memory was measured without, just under 2 GB)
     try:
-        columns = load(path)
+        if parquet and args.json:  # each row group read, checked, estimated and written in one task
+            lines = parquet_lines(path, args.lam)
+        else:
+            columns = (load_parquet if parquet else load_columns)(path)
     except (TrajectoryError, OSError, duckdb.Error) as exc:
         print(f"error: {path}: {exc}", file=sys.stderr)
         return 2
-    estimates = estimate_columns(columns, args.lam)
     if args.json:  # the bytes pydantic's model_dump_json would write (tests/cess/test_columns.py)
+        if not parquet:
+            lines = json_lines(columns, estimate_columns(columns, args.lam))
         sys.stdout.flush()
         out = getattr(sys.stdout, "buffer", None)
-        for piece in json_lines(columns, estimates):
+        for piece in lines:
             out.write(piece) if out is not None else sys.stdout.write(bytes(piece).decode())
         sys.stdout.flush()
     else:
@@ -113,7 +118,7 @@ def _run_estimate(args: argparse.Namespace) -> int:
             f"CESS lambda = {args.lam}; CESS = Eq. 9, CESS13 = Eq. 13, CESS12 = Eq. 12; "
             "point estimates are omitted where the support interval (Eq. 10) applies"
         )
-        print(_estimate_table(list(estimate_rows(columns, estimates))))
+        print(_estimate_table(list(estimate_rows(columns, estimate_columns(columns, args.lam)))))
     return 0
 
 
