@@ -87,21 +87,23 @@ def _run_estimate(args: argparse.Namespace) -> int:
     import duckdb
 
     from draligned.cess.column_estimators import estimate_columns, estimate_rows
-    from draligned.cess.fastload import load_columns
     from draligned.cess.heap import keep_freed_memory
     from draligned.cess.json_lines import json_lines
-    from draligned.cess.parquet import load_parquet
-    from draligned.cess.parquet_lines import parquet_lines
     from draligned.cess.trajectory import TrajectoryError
 
     parquet = trajectory_format(path, args.format) == "parquet"
-    if parquet:  # this process only loads and estimates: reuse the reader's freed temporaries
-        keep_freed_memory()  # (not for JSON Lines: its peak memory was measured without, just under 2 GB)
     try:
-        if parquet and args.json:  # each row group read, checked, estimated and written in one task
-            lines = parquet_lines(path, args.lam)
+        if parquet:  # this process only loads and estimates: reuse the reader's freed temporaries
+            keep_freed_memory()  # (not for JSON Lines: its peak memory was measured without, just under 2 GB)
+            from draligned.cess.parquet import load_parquet
+            from draligned.cess.parquet_lines import parquet_lines
+            if args.json:  # each row group read, checked, estimated and written in one task, on every core
+                lines = parquet_lines(path, args.lam)
+            else:
+                columns = load_parquet(path)
         else:
-            columns = (load_parquet if parquet else load_columns)(path)
+            from draligned.cess.fastload import load_columns  # simdjson: only for JSON Lines
+            columns = load_columns(path)
     except (TrajectoryError, OSError, duckdb.Error) as exc:
         print(f"error: {path}: {exc}", file=sys.stderr)
         return 2
