@@ -36,10 +36,15 @@ Lines = list[bytes | memoryview]
 
 
 class _Writer(threading.local):
-    """Each thread's DuckDB connection for the lines (one thread each: the pool uses the cores)."""
+    """Each thread's DuckDB connection for the lines (one thread each: the pool uses the cores), made on
+    its first use (a connection costs 30-50 ms of CPU)."""
 
-    def __init__(self) -> None:
-        self.con = duckdb.connect(config={"threads": 1})
+    con: duckdb.DuckDBPyConnection | None = None
+
+    def connection(self) -> duckdb.DuckDBPyConnection:
+        if self.con is None:
+            self.con = duckdb.connect(config={"threads": 1})
+        return self.con
 
 
 def _lines(part: Checked, lam: float, writer: _Writer) -> Lines:
@@ -47,7 +52,7 @@ def _lines(part: Checked, lam: float, writer: _Writer) -> Lines:
     builder = ColumnBuilder()
     builder.extend(ids, tasks, **arrays)
     cols = builder.build()
-    return list(json_lines(cols, estimate_columns(cols, lam), writer.con))
+    return list(json_lines(cols, estimate_columns(cols, lam), writer.connection()))
 
 
 def _group(path: Path, group: int, flat: bool, lam: float, writer: _Writer) -> list[tuple[Checked, Lines | None]]:
