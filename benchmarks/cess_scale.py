@@ -10,6 +10,8 @@ export`'s format) to a temporary directory, and times:
 - the estimators on the in-memory columns (target ≤ 1 s);
 - ``draligned cess estimate F.jsonl --json`` end to end in a subprocess, wall time and peak RSS
   (targets ≤ 10 s, ≤ 2 GB), and the same from F.parquet (target ≤ 2 s);
+- the steps of the Parquet run, in CPU µs per trajectory (decode, numpy checks, estimators, JSON text) in
+  one thread, and the command's start-up;
 - the same from a JSON Lines file whose every line the simdjson parse declines (the first 10^5 lines,
   each after a space: every line takes orjson's parse and its shape checks, in one worker process per
   core; ``jsonl-exact``);
@@ -173,6 +175,47 @@ def _estimators(cols: TrajectoryColumns) -> dict[str, float]:
             "target_seconds": 1.0}
 
 
+def _parquet_stages(parquet: Path, groups: int = 16) -> dict[str, float]:
+    """CPU µs per trajectory of each step of ``cess estimate F.parquet --json`` (draligned/cess/parquet_lines.py),
+    in one thread over ``groups`` row groups after one unmeasured (the pipeline runs them one thread per
+    core), and the CPU seconds of the command's start-up (imports, then a file that does not exist)."""
+    import duckdb
+
+    from draligned.cess.heap import keep_freed_memory
+    from draligned.cess.json_lines import json_lines
+    from draligned.cess.parquet_flat import FLAT_SCHEMA, check_flat_batch
+
+    keep_freed_memory()
+    file = pq.ParquetFile(parquet, memory_map=True, read_dictionary=["doc_ids.list.element", "chosen.list.element"])
+    con, rows = duckdb.connect(config={"threads": 1}), 0
+    spent = dict.fromkeys(("decode", "check", "estimate", "json"), 0.0)
+    for group in range(min(groups + 1, file.metadata.num_row_groups)):
+        laps = [time.process_time()]
+        table = file.read_row_group(group, columns=FLAT_SCHEMA.names, use_threads=False)
+        laps.append(time.process_time())
+        for batch in table.to_batches():
+            _, arrays, ids, tasks = check_flat_batch(batch)
+            laps.append(time.process_time())
+            builder = ColumnBuilder()
+            builder.extend(ids, tasks, **arrays)
+            cols = builder.build()
+            est = estimate_columns(cols, 0.5)
+            laps.append(time.process_time())
+            sum(len(piece) for piece in json_lines(cols, est, con))
+            laps.append(time.process_time())
+            rows += len(ids) if group else 0
+        if group:  # the first group warms the allocators up
+            spent["decode"] += laps[1] - laps[0]
+            for at in range(1, len(laps) - 1, 3):
+                for k, step in enumerate(("check", "estimate", "json")):
+                    spent[step] += laps[at + k + 1] - laps[at + k]
+    start = _cpu_children()
+    subprocess.run([sys.executable, "-m", "draligned.cli", "cess", "estimate", str(parquet.with_name("absent.parquet")),
+                    "--json"], capture_output=True, check=False)
+    return {**{f"{step}_cpu_us_per_row": round(cpu * 1e6 / rows, 2) for step, cpu in spent.items()},
+            "startup_cpu_seconds": round(_cpu_children() - start, 2), "rows_measured": rows}
+
+
 def _machine() -> dict[str, object]:
     return {"cpus": os.cpu_count(), "load_average": os.getloadavg(), "python": platform.python_version(),
             "processor": platform.processor() or platform.machine()}
@@ -220,6 +263,8 @@ def main() -> None:
                 "cpu_seconds_per_1e6": round(exact["cpu_seconds"] * 1e6 / EXACT_LINES, 1)}
         if "parquet" in args.only:
             report["cess_estimate_parquet"] = {**_timed_cli(parquet), "target_seconds": 2.0}
+            if report["parquet_layout"] == "flat-1":
+                report["cess_estimate_parquet_steps"] = _parquet_stages(parquet)
         if "bootstrap" in args.only:
             report["cluster_bootstrap_10000x200"] = {"seconds": round(_bootstrap(), 3), "target_seconds": 2.0}
         if "baseline" in args.only:

@@ -159,7 +159,7 @@ def _explain(read: Callable[[int], dict[str, Any]], row: int) -> TrajectoryError
     return None
 
 
-def _first_error(read: Callable[[int], dict[str, Any]], suspects: np.ndarray, ids: list[str], rows: np.ndarray) -> None:
+def first_error(read: Callable[[int], dict[str, Any]], suspects: np.ndarray, ids: list[str], rows: np.ndarray) -> None:
     """Raise for the first row that is invalid or repeats an earlier trajectory id."""
     seen: dict[str, int] = {}
     duplicate = None
@@ -192,7 +192,7 @@ def _unreadable(file: pq.ParquetFile, group: int, names: list[str], exc: Excepti
     return TrajectoryError(first, "<file>", f"not readable ({exc})", where)
 
 
-def _checked_group(path: Path, group: int, flat: bool) -> list[Checked]:
+def checked_group(path: Path, group: int, flat: bool) -> list[Checked]:
     """One row group decoded by pyarrow and checked batch by batch (:func:`check_batch`)."""
     names, check = (FLAT_SCHEMA.names, check_flat_batch) if flat else (list(COLUMNS), check_batch)
     codes = ["doc_ids.list.element", "chosen.list.element"] if flat else None  # decoded as dictionaries
@@ -211,7 +211,7 @@ def _checked_groups(path: Path, workers: int, flat: bool) -> Iterator[Checked]:
     with ThreadPoolExecutor(workers) as pool:
         pending: deque[Future[list[Checked]]] = deque()
         for group in range(groups):
-            pending.append(pool.submit(_checked_group, path, group, flat))
+            pending.append(pool.submit(checked_group, path, group, flat))
             if len(pending) >= 2 * workers:
                 yield from pending.popleft().result()
         while pending:
@@ -229,15 +229,9 @@ def _sink(meta: pq.FileMetaData, flat: bool) -> ColumnSink:
     return ColumnSink(meta.num_rows, *counts)
 
 
-def load_parquet(path: str | Path, workers: int | None = None) -> TrajectoryColumns:
-    """Read and validate a Parquet trajectory file (see the module docstring) as columns.
-
-    pyarrow decodes it row group by row group, in ``workers`` threads (default: one per core), into flat
-    arrays that numpy checks (:mod:`draligned.cess.parquet_batch`). The file's metadata names its layout;
-    the schema is checked first (pyarrow for the flat layout, DuckDB for the nested one), and a suspect
-    row is read back as its record for the full validator.
-    """
-    path = Path(path)
+def open_checked(path: Path) -> tuple[pq.FileMetaData, bool, Callable[[int], dict[str, Any]]]:
+    """The file's metadata, whether it has the flat layout, and a reader of one row as its record; raises
+    for an unreadable file, an unknown layout or a wrong schema."""
     try:
         meta = pq.read_metadata(path)
     except pa.ArrowException as exc:
@@ -249,16 +243,27 @@ def load_parquet(path: str | Path, workers: int | None = None) -> TrajectoryColu
     if layout == FLAT:
         if (problem := _flat_schema_problem(meta.schema.to_arrow_schema())) is not None:
             raise problem
-        read = _flat_row(path)
-    else:
-        con = duckdb.connect()
-        con.execute("CREATE VIEW t AS SELECT file_row_number + 1 AS row, * EXCLUDE (file_row_number) "
-                    f"FROM read_parquet({_literal(path)}, file_row_number = true)")
-        if (problem := _schema_problem(con)) is not None:
-            raise problem
-        read = _nested_row(con)
-    sink, suspects, first_row = _sink(meta, layout == FLAT), [], 1
-    for bad, arrays, ids, tasks in _checked_groups(path, workers or os.cpu_count() or 1, layout == FLAT):
+        return meta, True, _flat_row(path)
+    con = duckdb.connect()
+    con.execute("CREATE VIEW t AS SELECT file_row_number + 1 AS row, * EXCLUDE (file_row_number) "
+                f"FROM read_parquet({_literal(path)}, file_row_number = true)")
+    if (problem := _schema_problem(con)) is not None:
+        raise problem
+    return meta, False, _nested_row(con)
+
+
+def load_parquet(path: str | Path, workers: int | None = None) -> TrajectoryColumns:
+    """Read and validate a Parquet trajectory file (see the module docstring) as columns.
+
+    pyarrow decodes it row group by row group, in ``workers`` threads (default: one per core), into flat
+    arrays that numpy checks (:mod:`draligned.cess.parquet_batch`). The file's metadata names its layout;
+    the schema is checked first (pyarrow for the flat layout, DuckDB for the nested one), and a suspect
+    row is read back as its record for the full validator.
+    """
+    path = Path(path)
+    meta, flat, read = open_checked(path)
+    sink, suspects, first_row = _sink(meta, flat), [], 1
+    for bad, arrays, ids, tasks in _checked_groups(path, workers or os.cpu_count() or 1, flat):
         suspects.append(np.nonzero(bad)[0] + first_row)
         try:
             sink.extend(ids, tasks, **arrays)
@@ -268,5 +273,5 @@ def load_parquet(path: str | Path, workers: int | None = None) -> TrajectoryColu
         first_row += len(bad)
     if not sink.ids:
         raise TrajectoryError(0, "<file>", "no trajectories (the file has no rows)", where="rows")
-    _first_error(read, np.concatenate(suspects), sink.ids, np.arange(1, first_row))
+    first_error(read, np.concatenate(suspects), sink.ids, np.arange(1, first_row))
     return sink.build()
