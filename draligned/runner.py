@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 from typing_extensions import TypedDict
@@ -240,21 +240,8 @@ Retrying = Callable[[str, int], None]
 """Told +1 / -1 with a slot id when that run's current model call starts / stops retrying."""
 
 
-class LanePlaces(Protocol):
-    """Places of lanes this process runs for lanes elsewhere that have not started yet (draligned.workers: the
-    parent runs the workers' lanes while their processes start)."""
-
-    def retire(self) -> bool:
-        """Asked by a lane before it takes a slot: True, and the lane ends, when its place goes to a lane
-        elsewhere that waits for one."""
-
-    def ended(self) -> None:
-        """Told when a lane ended for another reason (no slot left, a failure): its place is free."""
-
-
 async def run_slots(study: Study, archive: Archive, search: StudySearch, models: dict[str, ModelAPI],
-                    take: Take, end: End, concurrency: int, retrying: Retrying | None = None,
-                    places: LanePlaces | None = None) -> None:
+                    take: Take, end: End, concurrency: int, retrying: Retrying | None = None) -> None:
     """Run slots in this process, ``concurrency`` at a time, until ``take`` has no more: each of
     ``concurrency`` lanes takes its next slot when its run ends (a queue, so a slow slot holds up no one),
     runs it with its own writer and passes its RunOutcome to ``end`` once its record is durable. A lane does
@@ -263,8 +250,7 @@ async def run_slots(study: Study, archive: Archive, search: StudySearch, models:
     L = 100 ms (benchmarks/README.md). A run that ended ``failed`` is reported before the lane's next run
     starts (the stop-after-connection-failures rule counts it first), and one that finished counts as
     running (its cost included) until it is reported. Knows nothing of the cost cap or the lock: whoever
-    supplies ``take`` decides (Dispatch in one process, draligned.workers across processes). With ``places``
-    a lane may end before each take, handing its place to a lane elsewhere (see LanePlaces)."""
+    supplies ``take`` decides (Dispatch in one process, draligned.workers across processes)."""
     running: dict[str, RunRecord] = {}
 
     def live() -> float:
@@ -284,9 +270,8 @@ async def run_slots(study: Study, archive: Archive, search: StudySearch, models:
             if me is not None and not done.cancelled() and done.exception() is not None:
                 me.cancel()
 
-        retired = False
         try:
-            while not (retired := places is not None and places.retire()) and (got := await take(live())) is not None:
+            while (got := await take(live())) is not None:
                 slot, attempt = got
                 if retrying is not None:
                     RETRY_LISTENER.set(functools.partial(retrying, slot.slot_id))  # this lane's calls only
@@ -308,8 +293,6 @@ async def run_slots(study: Study, archive: Archive, search: StudySearch, models:
         finally:
             if pending is not None and not pending.done():  # cancelled: an unreported run is resumed as ended
                 pending.cancel()
-            if places is not None and not retired:
-                places.ended()
 
     with archive.group_commit():  # this process's archive writes on a writer thread, many files per sync
         await asyncio.gather(*(lane() for _ in range(concurrency)))

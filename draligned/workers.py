@@ -21,10 +21,7 @@ instead of importing all of that again (N - 1 workers, and every later study of 
 takes the parent's environment and directory as they are when it starts, and dies with the parent: its kill
 closes the socket, and a worker whose parent is gone stops. The workers start from a thread while the
 parent's own lanes run. The study's ``concurrency`` is split over the processes, so it still
-bounds the runs in flight. While a process's first study starts the fork server (a second or more of
-importing, a long idle time for the workers' lanes), the parent runs the workers' lanes too (``Handoff``):
-each of a worker's lanes starts once one of the parent's has ended its run and retired, so the lanes running
-never exceed the ``concurrency``.
+bounds the runs in flight.
 """
 
 from __future__ import annotations
@@ -35,7 +32,6 @@ import gc
 import itertools
 import json
 import multiprocessing
-import multiprocessing.forkserver
 import os
 import pickle
 import shutil
@@ -44,7 +40,6 @@ import sys
 import tempfile
 import threading
 import traceback
-from collections import deque
 from collections.abc import Callable, Coroutine, Iterator
 from multiprocessing.context import ForkServerContext, ForkServerProcess
 from pathlib import Path
@@ -123,42 +118,6 @@ def limited(model: ModelAPI) -> ConnectionLimit | None:
     return limit if isinstance(limit, ConnectionLimit) else None
 
 
-class Handoff:
-    """The workers' lanes, run by the parent until they start (draligned.runner.LanePlaces): ``lent`` places
-    the parent holds for them. A worker's lane starts once it has a place: one a parent lane retired from (it
-    retires before taking its next slot while a worker lane waits) or freed by ending."""
-
-    def __init__(self, lent: int) -> None:
-        self.lent, self.free = lent, 0
-        self._waiting: deque[asyncio.Future[None]] = deque()
-
-    def retire(self) -> bool:
-        while self._waiting and self.lent > 0:
-            if not (waiter := self._waiting.popleft()).done():  # a worker gone while it waited: skipped
-                self.lent -= 1
-                waiter.set_result(None)
-                return True
-        return False
-
-    def ended(self) -> None:
-        if self.lent > 0:
-            self.lent -= 1
-            self.free += 1
-            while self._waiting and self.free:
-                if not (waiter := self._waiting.popleft()).done():
-                    self.free -= 1
-                    waiter.set_result(None)
-
-    async def place(self) -> None:
-        """Return once a worker's lane may start."""
-        if self.free:
-            self.free -= 1
-        elif self.lent > 0:
-            waiter = asyncio.get_running_loop().create_future()
-            self._waiting.append(waiter)
-            await waiter
-
-
 def in_workers(workers: int) -> Execute:
     """An ``Execute`` for draligned.runner.run_study that runs the slots in ``workers`` processes
     (``workers`` 1: on the parent's own event loop, as before)."""
@@ -181,7 +140,6 @@ async def _serve(study: Study, search: StudySearch, models: dict[str, ModelAPI],
             writer.write(json.dumps(msg).encode() + b"\n")
 
     lenders = {name: Lender(name, limit, tell) for name, m in models.items() if (limit := limited(m)) is not None}
-    handoff = Handoff(0 if fork_server_running() else sum(shares[1:]))  # a fork is quick: nothing to bridge
     errors: list[str] = []
     sources = itertools.count(1)  # 0 is this process
 
@@ -192,25 +150,11 @@ async def _serve(study: Study, search: StudySearch, models: dict[str, ModelAPI],
         async def grant(rid: int, model: str) -> None:
             tell(source, {"id": rid, **await lenders[model].grant(source)})
 
-        async def give(rid: int, running: float, first: bool) -> None:
-            if first:  # a lane's start: once one of this process's lanes has handed its place over
-                await handoff.place()
-            got = None if errors else dispatch.take(source, running)
-            tell(source, {"id": rid, "slot": None if got is None else got[0].model_dump(mode="json"),
-                          "attempt": None if got is None else got[1]})
-
-        def later(job: Coroutine[Any, Any, None]) -> None:
-            task = asyncio.create_task(job)
-            waiting.add(task)
-            task.add_done_callback(waiting.discard)
-
         try:
             while line := await reader.readline():
                 msg = json.loads(line)
                 op = msg["op"]
-                if op == "take" and msg.get("first"):
-                    later(give(msg["id"], msg["running"], True))
-                elif op == "take":
+                if op == "take":
                     got = None if errors else dispatch.take(source, msg["running"])
                     tell(source, {"id": msg["id"], "slot": None if got is None else got[0].model_dump(mode="json"),
                                   "attempt": None if got is None else got[1]})
@@ -219,7 +163,9 @@ async def _serve(study: Study, search: StudySearch, models: dict[str, ModelAPI],
                 elif op == "retrying":
                     dispatch.retrying(msg["slot"], msg["delta"])
                 elif op == "acquire":
-                    later(grant(msg["id"], msg["model"]))
+                    task = asyncio.create_task(grant(msg["id"], msg["model"]))
+                    waiting.add(task)
+                    task.add_done_callback(waiting.discard)
                 elif op == "release":
                     await lenders[msg["model"]].give_back(source, msg["n"])
                 elif op == "outcome":
@@ -254,8 +200,7 @@ async def _serve(study: Study, search: StudySearch, models: dict[str, ModelAPI],
     # From a thread: a fork server that is still importing answers only once it has (the lanes meanwhile run).
     starting = asyncio.ensure_future(asyncio.to_thread(_start, procs))
     try:
-        await run_slots(study, Archive(study.archive_root), search, models, take, end, shares[0] + handoff.lent,
-                        dispatch.retrying, handoff)
+        await run_slots(study, Archive(study.archive_root), search, models, take, end, shares[0], dispatch.retrying)
         await starting
         for proc in procs:
             await asyncio.to_thread(proc.join)
@@ -331,12 +276,6 @@ class Channel:
         self._writer.close()
 
 
-def fork_server_running() -> bool:
-    """Whether this process's fork server has started (its workers then start as forks, in tens of ms); read
-    from multiprocessing's own record of it (``_forkserver_alive_fd``, set once it started)."""
-    return getattr(multiprocessing.forkserver._forkserver, "_forkserver_alive_fd", None) is not None
-
-
 def fork_server_context(preload: list[str]) -> ForkServerContext:
     """multiprocessing's fork server context, the modules ``preload`` loaded in the server when this call
     starts it: a process has one fork server, so one already running keeps what it loaded, and its children
@@ -390,12 +329,8 @@ async def _work(study: Study, path: str, concurrency: int, names: set[str], shar
                 inner: Any = getattr(models[name], "inner", models[name])
                 inner.connections = leased[name] = LeasedLimit(channel.request, channel.send, name, own.adaptive)
 
-            lanes: set[asyncio.Task[Any] | None] = set()
-
             async def take(running: float) -> tuple[Slot, int] | None:
-                first = (lane := asyncio.current_task()) not in lanes  # the lane's start (see Handoff)
-                lanes.add(lane)
-                got = await channel.request({"op": "take", "running": running, "first": first})
+                got = await channel.request({"op": "take", "running": running})
                 return None if got["slot"] is None else (Slot.model_validate(got["slot"]), got["attempt"])
 
             async def end(outcome: RunOutcome, running: float) -> None:

@@ -20,7 +20,7 @@ from draligned.cli import main
 from draligned.models.limits import ConnectionLimit, LeasedLimit, Lender
 from draligned.records import FINISHED
 from draligned.study import load_study
-from draligned.workers import GC_THRESHOLD, Handoff, fork_server, lanes, run_loop
+from draligned.workers import GC_THRESHOLD, fork_server, lanes, run_loop
 from tests.loopback_wire import WireServer
 from tests.processes import start_cli
 from tests.study_helpers import REPO, write_study
@@ -29,32 +29,6 @@ from tests.test_gateway import sim_study  # the priced sim study of the cost-cap
 
 def test_the_study_concurrency_is_split_over_the_workers_and_bounds_them():
     assert lanes(8, 2) == [4, 4] and lanes(7, 2) == [4, 3] and lanes(3, 8) == [1, 1, 1] and lanes(5, 1) == [5]
-
-
-def test_a_worker_lane_starts_only_once_a_parent_lane_has_handed_its_place_over():
-    """The parent runs the workers' 2 lanes while they start: a worker's lane waits for a place, which a
-    parent lane gives when it next would take a slot (it retires) or ends; a lane gone while it waited gets
-    none, and once the 2 places are given, no parent lane retires and every later worker lane starts at once."""
-    async def main() -> None:
-        handoff = Handoff(2)
-        assert not handoff.retire()  # no worker lane waits: the parent lane takes its next slot
-        first = asyncio.ensure_future(handoff.place())
-        gone = asyncio.ensure_future(handoff.place())
-        second = asyncio.ensure_future(handoff.place())
-        await asyncio.sleep(0)
-        assert not (first.done() or gone.done() or second.done())
-        assert handoff.retire() and handoff.lent == 1
-        await asyncio.sleep(0)
-        assert first.done() and not second.done()
-        gone.cancel()
-        await asyncio.sleep(0)
-        handoff.ended()  # a parent lane that ended (no slot left): its place goes to the next waiting lane
-        await asyncio.sleep(0)
-        assert second.done() and handoff.lent == 0 and handoff.free == 0
-        assert not handoff.retire()
-        handoff.ended()  # the parent's own lanes ending free nothing more
-        await asyncio.wait_for(handoff.place(), 1.0)  # nothing held: a later lane starts at once
-    asyncio.run(main())
 
 
 def _finished_per_slot(archive: Archive) -> dict[str, int]:
@@ -167,21 +141,6 @@ def test_a_model_connection_limit_holds_across_two_workers(tmp_path, monkeypatch
         assert main(["run", str(study), "--workers", "2"]) == 0
     assert len(server.log) == 16 and server.most == 2
     assert len(_finished_per_slot(Archive(tmp_path / "archive"))) == 16
-
-
-@pytest.mark.slow
-def test_the_concurrency_holds_while_the_parent_runs_the_lanes_of_a_starting_worker(tmp_path, monkeypatch):
-    """A fresh ``draligned run --workers 2`` (its fork server starts: the parent runs the worker's lanes until
-    they start, then hands them over): 40 runs, 4 lanes, no connection limit below 8; the server never has more
-    than 4 requests in flight (2 lanes run twice would reach 6), and every slot finishes once."""
-    monkeypatch.setenv("WORKERS_KEY", "sk-workers")
-    with CountingServer() as server:
-        study = openai_study(tmp_path / "handoff.toml", 20, 4, server.base_url, "WORKERS_KEY")
-        proc = start_cli(["run", str(study), "--workers", "2"], tmp_path / "handoff.log")
-        assert proc.wait(timeout=300) == 0, (tmp_path / "handoff.log").read_text()
-    assert len(server.log) == 40 and server.most == 4
-    finished = _finished_per_slot(Archive(tmp_path / "archive"))
-    assert len(finished) == 40 and set(finished.values()) == {1}
 
 
 @pytest.mark.slow
