@@ -11,7 +11,10 @@ study start, worker start and the final reindex is printed next to it), efficien
 ideal C / L, and the CPU per model call of the parent, the workers and the server (what bounds calls/s on
 a machine's cores: cores / total CPU per call), over the whole study and (``steady_5_to_95pct``) over the
 middle of it, where every process is running and neither the study start nor the parent's final reindex
-counts. The archive goes to the temporary directory: ``TMPDIR=/dev/shm`` puts it on tmpfs, which takes the
+counts. ``turnaround_ms``: the server's view of the harness, the time from each reply to the next request on
+its connection (p50, p90, mean; L excluded: what each call cycle adds to L, so efficiency ~ L / (L + it)),
+and ``replies_in_busiest_5ms``, how bunched the replies come (runs in lockstep answer together). The archive
+goes to the temporary directory: ``TMPDIR=/dev/shm`` puts it on tmpfs, which takes the
 disk's ``syncfs`` out of the figures. Targets (issue 14, 2 cores):
 >= 576 calls/s (0.9 of C/L) at C = 64, >= 1,000 calls/s at C = 256.
 """
@@ -39,6 +42,8 @@ from draligned.workers import in_workers, run_loop
 REPO = Path(__file__).resolve().parent.parent
 SEARCHES = 4
 TARGETS = {64: 576.0, 256: 1000.0}
+TURNAROUND_BINS = 2000
+"""1 ms bins of the server's turnaround histogram (the last one: that long or longer)."""
 
 
 def _reply(searches_done: int, number: int) -> bytes:
@@ -62,9 +67,11 @@ class ChatServer(asyncio.Protocol):
     parsed from the bytes received (its head's ``content-length``, its JSON body's messages), held
     ``latency_s`` by a timer on the loop (no task per request) and answered by its turn."""
 
-    def __init__(self, latency_s: float, served: Any, first: Any, last: Any) -> None:
+    def __init__(self, latency_s: float, served: Any, first: Any, last: Any, turnaround: Any, bunched: Any) -> None:
         self.latency_s, self.served, self.first, self.last = latency_s, served, first, last
+        self.turnaround, self.bunched = turnaround, bunched
         self.buffer, self.transport = b"", cast(asyncio.Transport, None)
+        self.replied: float | None = None  # when this connection's last reply was sent
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
@@ -81,6 +88,8 @@ class ChatServer(asyncio.Protocol):
             body, self.buffer = self.buffer[end + 4:end + 4 + length], self.buffer[end + 4 + length:]
             if self.first.value == 0.0:
                 self.first.value = time.time()
+            if self.replied is not None:  # the harness's turnaround on this connection
+                self.turnaround[min(TURNAROUND_BINS - 1, int((time.perf_counter() - self.replied) * 1000))] += 1
             done = sum(1 for m in json.loads(body)["messages"] if m["role"] == "tool")
             asyncio.get_running_loop().call_later(self.latency_s, self.answer, done)
 
@@ -89,15 +98,20 @@ class ChatServer(asyncio.Protocol):
             self.served.value += 1
             self.transport.write(_reply(done, self.served.value))
             self.last.value = time.time()
+            self.replied = now = time.perf_counter()
+            window = int(now / 0.005)  # bunched: [current 5 ms window, replies in it, most in any window]
+            self.bunched[1] = self.bunched[1] + 1 if window == self.bunched[0] else 1
+            self.bunched[0], self.bunched[2] = window, max(self.bunched[2], self.bunched[1])
 
 
-def serve(sock: socket.socket, latency_s: float, served: Any, first: Any, last: Any) -> None:
-    """The loopback server process: counts the replies and keeps the times of the first request and the last
-    reply (in shared values only it writes)."""
+def serve(sock: socket.socket, latency_s: float, served: Any, first: Any, last: Any, turnaround: Any,
+          bunched: Any) -> None:
+    """The loopback server process: counts the replies, keeps the times of the first request and the last
+    reply, the turnaround histogram and the replies' bunching (in shared values only it writes)."""
 
     async def main() -> None:
         server = await asyncio.get_running_loop().create_server(
-            lambda: ChatServer(latency_s, served, first, last), sock=sock, backlog=1024)
+            lambda: ChatServer(latency_s, served, first, last, turnaround, bunched), sock=sock, backlog=1024)
         served.value = 0  # started (its imports done): its CPU from now on is the requests'
         await server.serve_forever()
 
@@ -201,6 +215,22 @@ class Steady(threading.Thread):
                 "cpu_ms_per_call": {role: round((c1[role] - c0[role]) * 1000 / max(1, n1 - n0), 2) for role in c0}}
 
 
+def percentiles(counts: list[int]) -> dict[str, float | None]:
+    """p50, p90 and mean (ms) of a histogram of 1 ms bins."""
+    total = sum(counts)
+    if not total:
+        return {"p50": None, "p90": None, "mean": None}
+
+    def at(share: float) -> float:
+        seen = 0
+        for ms, n in enumerate(counts):
+            seen += n
+            if seen >= share * total:
+                return float(ms)
+        return float(len(counts) - 1)
+    return {"p50": at(0.5), "p90": at(0.9), "mean": round(sum(ms * n for ms, n in enumerate(counts)) / total + 0.5, 1)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--latency-ms", type=float, default=100.0)
@@ -214,7 +244,9 @@ def main() -> None:
     sock.bind(("127.0.0.1", 0))
     sock.listen(1024)
     served, first, last = context.RawValue("q", -1), context.RawValue("d", 0.0), context.RawValue("d", 0.0)
-    server = context.Process(target=serve, args=(sock, args.latency_ms / 1000, served, first, last), daemon=True)
+    turnaround, bunched = context.RawArray("q", TURNAROUND_BINS), context.RawArray("q", 3)
+    server = context.Process(target=serve, args=(sock, args.latency_ms / 1000, served, first, last, turnaround,
+                                                 bunched), daemon=True)
     server.start()
     while served.value < 0:  # until it serves
         time.sleep(0.05)
@@ -225,7 +257,8 @@ def main() -> None:
             for workers in args.workers:
                 with tempfile.TemporaryDirectory() as tmp:
                     study = load_study(study_file(Path(tmp), base_url, inflight, args.runs_per_slot * inflight))
-                    before, first.value = served.value, 0.0
+                    before, first.value, bunched[2] = served.value, 0.0, 0
+                    turned = list(turnaround)
                     cpu0 = _cpu(server.pid)
                     steady = Steady(server.pid, served)
                     steady.start()
@@ -235,6 +268,7 @@ def main() -> None:
                     calls = served.value - before
                     cpu = {role: (after - cpu0[role]) * 1000 / calls for role, after in _cpu(server.pid).items()}
                     middle = steady.figures(before, calls)
+                    turned = [n - was for n, was in zip(turnaround, turned, strict=True)]
                 ideal, rate = inflight / (args.latency_ms / 1000), calls / (last.value - first.value)
                 print(json.dumps({
                     "inflight": inflight, "workers": workers, "runs": len(result.runs),
@@ -244,6 +278,7 @@ def main() -> None:
                     "calls_per_s_incl_start_and_reindex": round(calls / wall, 1),
                     "cpu_ms_per_call": {role: round(ms, 2) for role, ms in cpu.items()},
                     "workers_cpu_s": round(cpu["workers"] * calls / 1000, 2),
+                    "turnaround_ms": percentiles(turned), "replies_in_busiest_5ms": bunched[2],
                     "steady_5_to_95pct": middle,
                     "load_avg_1m": round(os.getloadavg()[0], 2),
                 }), flush=True)

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+import time
 
 import pytest
 
 from draligned.models import ModelDeclaration, ModelError, get_model
+from draligned.models.http import started
 from draligned.models.remote import RemoteModel
 from draligned.models.retry import RetryPolicy
 from draligned.records import Message
@@ -126,3 +128,61 @@ def test_every_client_shares_one_tls_context_per_ca_bundle(monkeypatch, tmp_path
     rotated.write_bytes(bundle.read_bytes())
     rotated.replace(bundle)  # the bundle rotated in place: the same name, a new file
     assert tls_context() is not named and tls_context() is tls_context()
+
+
+def test_a_request_is_on_the_wire_before_the_next_ready_run_is_processed():
+    """Runs whose replies arrive together are processed one after another: each one's next request must leave
+    when it is made, not after every other ready run's work (aiohttp on Python 3.11 sent it from a task queued
+    behind them, which kept a study's runs in lockstep). The other run here blocks the loop until the server
+    (a thread, keeping its connections as a real one does) has read the request, or gives up."""
+    with FakeProvider("openai-chat") as fp:
+        fp.server.RequestHandlerClass.protocol_version = "HTTP/1.1"  # type: ignore[attr-defined]  # keep-alive
+        m = model("openai-chat", fp.base_url)
+
+        async def main() -> int:
+            await m.generate(HI, [], 0)  # the connection is open and kept
+            seen: list[int] = []
+
+            async def other_run() -> None:  # ready right behind the request: its work blocks the loop
+                deadline = time.monotonic() + 5.0
+                while len(fp.log) < 2 and time.monotonic() < deadline:
+                    time.sleep(0.001)
+                seen.append(len(fp.log))
+            await asyncio.gather(m.generate(HI, [], 0), other_run())
+            return seen[0]
+        assert asyncio.run(main()) == 2
+
+
+def test_a_started_coroutine_runs_to_its_first_wait_at_once_and_is_finished_by_whoever_awaits_it():
+    steps: list[str] = []
+
+    async def body(wait: asyncio.Future[int] | None, fail: bool = False) -> int:
+        steps.append("first step")
+        if fail:
+            raise OSError("refused")
+        got = await wait if wait is not None else 0
+        steps.append(f"resumed with {got}")
+        return got + 1
+
+    async def main() -> None:
+        assert await started(body(None)) == 1 and steps == ["first step", "resumed with 0"]
+        steps.clear()
+        failing = started(body(None, fail=True))
+        assert steps == ["first step"]
+        with pytest.raises(OSError, match="refused"):
+            await failing
+        steps.clear()
+        wait = asyncio.get_running_loop().create_future()
+        task = asyncio.ensure_future(started(body(wait)))
+        assert steps == ["first step"]  # before the task ran at all
+        await asyncio.sleep(0)
+        wait.set_result(41)
+        assert await task == 42 and steps == ["first step", "resumed with 41"]
+        steps.clear()
+        task = asyncio.ensure_future(started(body(asyncio.get_running_loop().create_future())))
+        await asyncio.sleep(0)
+        task.cancel()  # thrown into the started coroutine where it waits
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert steps == ["first step"]
+    asyncio.run(main())

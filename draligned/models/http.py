@@ -7,12 +7,22 @@ request path it costs about half the CPU per call of their default httpx transpo
 aiohttp's own default refuses more than 128 headers or a header over 8 KiB, where httpx (h11 under
 httpcore) bounds only the whole head, at 100 KiB. ``httpx`` is the SDKs' own default client.
 Both send the same bytes and raise the same SDK errors (remote.py names the causes of both).
+
+On Python 3.11 aiohttp sends a request's head and body from a task of its own, which runs only after every
+callback already ready on the loop: when many runs' replies arrive together, each run's next request
+leaves only after all of them have been processed, so they leave together, their replies (each taking the
+model's latency) arrive together again, and the runs stay in lockstep, every call waiting for every other
+run's turn (benchmarks/README.md, "Branch throughput"). From Python 3.12 aiohttp starts that task eagerly
+(its first step runs inside the request); :class:`EagerBodyRequest` does the same on 3.11.
 """
 
 from __future__ import annotations
 
 import asyncio
 import importlib
+import sys
+import types
+from collections.abc import Coroutine, Generator
 from typing import Any, Literal
 
 from draligned.models.base import ModelError
@@ -40,9 +50,61 @@ def sdk_http_client(sdk: Any, kind: Literal["aiohttp", "httpx"]) -> Any:
         connector = aiohttp.TCPConnector(limit=limits.max_connections, keepalive_timeout=limits.keepalive_expiry,
                                          ssl=transport.ssl_context)
         return aiohttp.ClientSession(connector=connector, max_line_size=HEAD_BYTES, max_field_size=HEAD_BYTES,
-                                     max_headers=MAX_HEADERS)
+                                     max_headers=MAX_HEADERS, request_class=eager_body_request())
     transport = vendored.AiohttpTransport(verify=tls_context(), limits=limits, client=session)
     return sdk.DefaultAioHttpClient(transport=transport)
+
+
+def eager_body_request() -> Any:
+    """aiohttp's request class that writes its body eagerly: :class:`EagerBodyRequest` on Python 3.11, aiohttp's
+    own (which does so itself) from 3.12."""
+    import aiohttp
+    if sys.version_info >= (3, 12):
+        return aiohttp.ClientRequest
+
+    class EagerBodyRequest(aiohttp.ClientRequest):
+        """Runs ``write_bytes`` (the request's head and body onto the connection) up to its first wait inside
+        ``send``, as aiohttp does with ``eager_start`` from Python 3.12, instead of in a task that waits for
+        every ready callback of the loop; the rest of it, if it waits (a full socket buffer), runs in that task."""
+
+        def write_bytes(self, *args: Any, **kwargs: Any) -> Coroutine[Any, Any, None]:
+            return started(super().write_bytes(*args, **kwargs))
+
+    return EagerBodyRequest
+
+
+def started(coro: Coroutine[Any, Any, Any]) -> Coroutine[Any, Any, Any]:
+    """Run ``coro`` now up to its first wait; return a coroutine that finishes it (its result, its exception)."""
+    try:
+        first = coro.send(None)
+    except StopIteration as stop:
+        return _finished(stop.value)
+    except BaseException as exc:  # noqa: BLE001 (raised by whoever awaits it, as from the task)
+        return _raise(exc)
+    return _resume(coro, first)
+
+
+async def _finished(value: Any) -> Any:
+    return value
+
+
+async def _raise(exc: BaseException) -> Any:
+    raise exc
+
+
+@types.coroutine
+def _resume(coro: Coroutine[Any, Any, Any], waiting: Any) -> Generator[Any, Any, Any]:
+    """Go on with a started coroutine: hand its waits to the task running this one, and their outcomes back."""
+    while True:
+        try:
+            try:
+                sent = yield waiting
+            except BaseException as exc:  # noqa: BLE001 (a cancel or an error thrown into the task: into coro)
+                waiting = coro.throw(exc)
+            else:
+                waiting = coro.send(sent)
+        except StopIteration as stop:
+            return stop.value
 
 
 def aiohttp_transport(sdk: Any) -> Any:
