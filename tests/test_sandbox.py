@@ -23,6 +23,7 @@ from draligned.sandbox import (
     SandboxLimits,
     SandboxUnavailable,
     new_workspace,
+    redact_host_paths,
     run_in_sandbox,
     sandbox_uid,
     workspace_base,
@@ -205,3 +206,14 @@ def test_sandboxed_studies_refuse_to_start_when_bubblewrap_fails(tmp_path, monke
     finally:
         shutil.rmtree(bindir)
     assert Archive(study.archive_root).started() == []
+
+
+def test_host_workspace_paths_are_redacted_in_every_form_the_host_shows(monkeypatch, tmp_path):
+    """The host path from /, and from the root of the filesystem it is on (mountinfo's form when the base is
+    a tmpfs's root): each is /workspace, the root alone <sandbox root>."""
+    monkeypatch.setenv(WORKSPACE_BASE_ENV, str(tmp_path))
+    root = f"draligned-ws-{os.getuid()}"
+    text = (f"open '{tmp_path}/{root}/0123abcd/notes.md' failed; 65 0:27 /{root}/0123abcd /workspace rw; "
+            f"in {tmp_path}/{root}")
+    assert redact_host_paths(text) == ("open '/workspace/notes.md' failed; 65 0:27 /workspace /workspace rw; "
+                                       "in <sandbox root>")
