@@ -39,7 +39,15 @@ SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc/alter
                 "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime")
 ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8"}
 NOBODY = 65534
-WORKSPACE_BASE = Path("/tmp")
+WORKSPACE_BASE_ENV = "DRALIGNED_WORKSPACE_BASE"
+"""An environment variable naming another folder for the workspaces' root than /tmp (the test suite puts
+them on its RAM disk). Only the operator's environment sets it, never a study."""
+
+
+def workspace_base() -> Path:
+    """Where the opaque root of every workspace is made: /tmp, or the folder $DRALIGNED_WORKSPACE_BASE names
+    (read at each call, so a command and the processes it starts agree)."""
+    return Path(os.environ.get(WORKSPACE_BASE_ENV) or "/tmp")
 
 
 class SandboxUnavailable(Exception):
@@ -103,15 +111,18 @@ def sandbox_uid() -> int | None:
 
 def redact_host_paths(text: str) -> str:
     """``text`` with every host workspace path replaced by ``/workspace`` (and the opaque root by
-    ``<sandbox root>``): an OSError's text names the host path, which must never reach the archive."""
-    root = str(WORKSPACE_BASE / f"draligned-ws-{os.getuid()}")
-    return re.sub(re.escape(root) + r"/[0-9a-f]+", "/workspace", text).replace(root, "<sandbox root>")
+    ``<sandbox root>``): an OSError's text names the host path, which must never reach the archive. Also
+    the path from the root of the filesystem it is on, as /proc/self/mountinfo shows the bind mount
+    (``/draligned-ws-0/…`` when the base is a tmpfs's root)."""
+    root = rf"(?:/[^\s/'\"]+)*/{re.escape(f'draligned-ws-{os.getuid()}')}"
+    return re.sub(root, "<sandbox root>", re.sub(root + r"/[0-9a-f]+", "/workspace", text))
 
 
 def workspace_root() -> Path:
     """The opaque parent of every workspace: traversable, not listable by others. Fixed under /tmp
-    (not $TMPDIR, which could name a study) and per orchestrator uid (so users do not collide)."""
-    root = WORKSPACE_BASE / f"draligned-ws-{os.getuid()}"
+    (not $TMPDIR, which could name a study; see workspace_base) and per orchestrator uid (so users do not
+    collide)."""
+    root = workspace_base() / f"draligned-ws-{os.getuid()}"
     root.mkdir(mode=0o711, exist_ok=True)
     st = os.lstat(root)
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or stat.S_IMODE(st.st_mode) != 0o711:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from draligned.cli import main
+from draligned.sandbox import WORKSPACE_BASE_ENV
 
 if TYPE_CHECKING:
     from tests.web_servers import PageServer
@@ -36,18 +37,22 @@ counting frees all but cyclic garbage at once as before; cycles wait a little lo
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """The collector's thresholds (TEST_GC_THRESHOLD), and temporary directories on a RAM disk when the
-    machine has one with room (and no other temproot was chosen): the archive makes every file it writes
-    durable (fsync), which on a disk shared with other work costs more wall time than the tests' own work;
-    on tmpfs it is free. Only where the files live changes."""
+    """The collector's thresholds (TEST_GC_THRESHOLD), and temporary directories and the sandbox's
+    workspaces on a RAM disk when the machine has one with room (each unless another place was chosen):
+    the archive makes every file it writes durable (fsync), which on a disk shared with other work costs
+    more wall time than the tests' own work, and the H-W and H-D runs make, fill and remove a workspace
+    each (the demo alone ~1,600 files: ~1.5 CPU-s and several seconds of wall more on the disk); on tmpfs
+    both are free. Only where the files live changes. Set before any test starts a process, so the forked
+    commands, study workers and Ray nodes put their workspaces in the same place."""
     gc.set_threshold(*TEST_GC_THRESHOLD)
-    if os.environ.get("PYTEST_DEBUG_TEMPROOT") or config.option.basetemp:
-        return
     try:
         room = shutil.disk_usage(RAM_DISK).free if RAM_DISK.is_dir() and os.access(RAM_DISK, os.W_OK) else 0
     except OSError:
         room = 0
-    if room >= RAM_DISK_MIN_FREE:
+    if room < RAM_DISK_MIN_FREE:
+        return
+    os.environ.setdefault(WORKSPACE_BASE_ENV, str(RAM_DISK))
+    if not (os.environ.get("PYTEST_DEBUG_TEMPROOT") or config.option.basetemp):
         os.environ["PYTEST_DEBUG_TEMPROOT"] = str(RAM_DISK)  # read by pytest's tmp_path_factory
 
 

@@ -7,6 +7,7 @@ exactly one finished run per slot."""
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 import threading
 from collections import Counter
@@ -30,9 +31,11 @@ from tests.independent_provider import State, serve
 from tests.study_helpers import write_study
 from tests.test_gateway import study as provider_study
 
-ray = pytest.importorskip("ray", reason="Ray is the optional extra draligned[ray] (in the test extra)")
-
-pytestmark = pytest.mark.xdist_group("ray")  # one worker starts the module's cluster
+pytestmark = [
+    pytest.mark.xdist_group("ray"),  # one worker starts the module's cluster
+    pytest.mark.skipif(importlib.util.find_spec("ray") is None,
+                       reason="Ray is the optional extra draligned[ray] (in the test extra)"),
+]
 
 KEY = "sk-ray-9d41-SECRET"
 """The provider key of the studies (``GW_KEY``): in the environment the cluster's nodes start with."""
@@ -61,6 +64,7 @@ class RayCluster(NamedTuple):
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster]:
     """A head and one worker node on 127.0.0.1, this process connected as the driver. Each node's tasks
     keep their scratch shards in a folder of its own (TMPDIR; on the session's RAM disk when it has one)."""
+    import ray  # here, not at collection: only the worker running this module pays the import
     from ray.cluster_utils import Cluster
 
     head_tmp, worker_tmp = tmp_path_factory.mktemp("ray-head"), tmp_path_factory.mktemp("ray-worker")
@@ -92,6 +96,8 @@ def provider(state: State | None = None) -> Iterator[str]:
 def test_a_rerun_first_merges_the_shards_a_killed_driver_staged(tmp_path: Path):
     """A driver killed after its tasks returned left their shards staged: the next run merges them and finds
     nothing left to run (so it starts no Ray at all; first in the module, before the cluster starts)."""
+    import ray
+
     from draligned.distributed.ray_run import STAGING, run_study_ray
 
     study = write_study(tmp_path, ["travel_budget_en.json"])

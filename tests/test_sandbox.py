@@ -18,7 +18,16 @@ import pytest
 from draligned.archive import Archive
 from draligned.cli import main
 from draligned.runner import run_study
-from draligned.sandbox import SandboxLimits, SandboxUnavailable, new_workspace, run_in_sandbox, sandbox_uid
+from draligned.sandbox import (
+    WORKSPACE_BASE_ENV,
+    SandboxLimits,
+    SandboxUnavailable,
+    new_workspace,
+    redact_host_paths,
+    run_in_sandbox,
+    sandbox_uid,
+    workspace_base,
+)
 from draligned.study import StudyError, load_study
 from tests.harness_helpers import needs_bwrap
 from tests.study_helpers import write_study
@@ -63,9 +72,11 @@ def sh(workspace: Path, command: str, **limits: int):
     return asyncio.run(run_in_sandbox(workspace, ["/bin/sh", "-c", command], SandboxLimits(**limits)))
 
 
-def test_workspace_dirs_are_opaque_and_private(workspace):
+def test_workspace_dirs_are_opaque_and_private(workspace, monkeypatch):
     assert re.fullmatch(r"[0-9a-f]{16}", workspace.name)
-    assert workspace.parent == Path(f"/tmp/draligned-ws-{os.getuid()}")
+    assert workspace.parent == workspace_base() / f"draligned-ws-{os.getuid()}"
+    monkeypatch.delenv(WORKSPACE_BASE_ENV, raising=False)
+    assert workspace_base() == Path("/tmp")  # unless the operator's environment names another folder
     assert stat.S_IMODE(workspace.parent.stat().st_mode) == 0o711  # others cannot list sibling workspaces
     assert stat.S_IMODE(workspace.stat().st_mode) == 0o700
 
@@ -73,7 +84,7 @@ def test_workspace_dirs_are_opaque_and_private(workspace):
 def test_a_workspace_root_planted_by_someone_else_is_refused(monkeypatch, tmp_path):
     planted = tmp_path / "planted"
     planted.mkdir()
-    monkeypatch.setattr("draligned.sandbox.WORKSPACE_BASE", tmp_path)
+    monkeypatch.setenv(WORKSPACE_BASE_ENV, str(tmp_path))
     (tmp_path / f"draligned-ws-{os.getuid()}").symlink_to(planted)
     with pytest.raises(SandboxUnavailable, match="not a directory owned by"):
         new_workspace()
@@ -101,7 +112,8 @@ class TestIsolation:
         r = sh(workspace, "pwd; hostname; cat /proc/self/mountinfo; ls -la / /tmp /workspace /etc")
         assert r.exit_code == 0 and r.stdout.startswith("/workspace\nsandbox\n")
         mount = next(line for line in r.stdout.splitlines() if " /workspace " in line)
-        assert mount.split()[3] == f"/{workspace.relative_to('/')}"  # only the opaque random name shows
+        fs = next(p for p in workspace.parents if os.path.ismount(p))  # the mount's root is within its fs
+        assert mount.split()[3] == f"/{workspace.relative_to(fs)}"  # only the opaque random name shows
         assert str(REPO) not in r.stdout and "pytest" not in r.stdout
 
     def test_no_network_to_host_loopback(self, workspace):
@@ -194,3 +206,14 @@ def test_sandboxed_studies_refuse_to_start_when_bubblewrap_fails(tmp_path, monke
     finally:
         shutil.rmtree(bindir)
     assert Archive(study.archive_root).started() == []
+
+
+def test_host_workspace_paths_are_redacted_in_every_form_the_host_shows(monkeypatch, tmp_path):
+    """The host path from /, and from the root of the filesystem it is on (mountinfo's form when the base is
+    a tmpfs's root): each is /workspace, the root alone <sandbox root>."""
+    monkeypatch.setenv(WORKSPACE_BASE_ENV, str(tmp_path))
+    root = f"draligned-ws-{os.getuid()}"
+    text = (f"open '{tmp_path}/{root}/0123abcd/notes.md' failed; 65 0:27 /{root}/0123abcd /workspace rw; "
+            f"in {tmp_path}/{root}")
+    assert redact_host_paths(text) == ("open '/workspace/notes.md' failed; 65 0:27 /workspace /workspace rw; "
+                                       "in <sandbox root>")

@@ -18,8 +18,6 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from draligned.cess import fastload
 from draligned.cess.fastload import load_columns
@@ -138,14 +136,22 @@ def test_the_fast_parse_reads_every_valid_form_as_orjson_does(record: dict[str, 
     assert _agree(json.dumps(record, indent=None).encode())
 
 
-@settings(max_examples=300, deadline=None)
-@given(st.integers(0, 10**6), st.lists(st.tuples(st.floats(0, 1), st.sampled_from('0-1."e,:]}[{ab\\ nt')),
-                                      min_size=1, max_size=3))
-def test_byte_mutations_of_valid_lines_the_two_paths_agree(seed: int, edits: list[tuple[float, str]]) -> None:
-    text = list(json.dumps(varied_trajectory(random.Random(seed), seed)))
-    for where, char in edits:
-        text[int(where * (len(text) - 1))] = char
-    _agree("".join(text).encode())
+def test_byte_mutations_of_valid_lines_the_two_paths_agree() -> None:
+    """Hypothesis is imported here, not at collection: every xdist worker collects this module, and the
+    import (~0.9 CPU-s) is needed only by the one that runs this test."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.integers(0, 10**6), st.lists(st.tuples(st.floats(0, 1), st.sampled_from('0-1."e,:]}[{ab\\ nt')),
+                                          min_size=1, max_size=3))
+    def mutated_lines_agree(seed: int, edits: list[tuple[float, str]]) -> None:
+        text = list(json.dumps(varied_trajectory(random.Random(seed), seed)))
+        for where, char in edits:
+            text[int(where * (len(text) - 1))] = char
+        _agree("".join(text).encode())
+
+    mutated_lines_agree()
 
 
 BAD_LINES = [  # (line text, field named in the error): one of each kind, as a writer might get it wrong
