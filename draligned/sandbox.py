@@ -6,8 +6,9 @@ What the command sees: read-only system directories and root, the run's workspac
 fixed PATH/HOME/LANG, and no capabilities. Two ways bubblewrap itself can leak are closed:
 its options go through ``--args FD`` (inside, ``/proc/1/cmdline`` is bubblewrap's own argv,
 so it shows only ``bwrap --args N -- sh -c COMMAND``), and workspaces live under an opaque
-root (``/tmp/draligned-ws-<uid>/<random>``) because ``/proc/self/mountinfo`` shows the host path
-of every bind mount. Limits: a wall-clock timeout per command, CPU seconds, address space,
+root (``/tmp/draligned-ws-<uid>/<random>``, or under $DRALIGNED_WORKSPACE_BASE) because
+``/proc/self/mountinfo`` shows the host path of every bind mount. Limits: a wall-clock timeout per
+command, CPU seconds, address space,
 file size, open files and processes (rlimits set before bubblewrap starts, inherited by
 everything inside); output beyond a character cap is cut and the cut is reported. When the
 orchestrator runs as root, bubblewrap is started as an unprivileged uid (``nobody``), so the
@@ -45,8 +46,17 @@ them on its RAM disk). Only the operator's environment sets it, never a study.""
 
 
 def workspace_base() -> Path:
-    """Where the opaque root of every workspace is made: /tmp, or the folder $DRALIGNED_WORKSPACE_BASE names
-    (read at each call, so a command and the processes it starts agree)."""
+    """Where the opaque root of every workspace is made: /tmp, or the absolute folder
+    $DRALIGNED_WORKSPACE_BASE names (read at each call, so that a test can set it after import; the
+    processes a command starts inherit it). Raises SandboxUnavailable for a relative folder, whose meaning
+    would change with the working directory."""
+    base = _configured_base()
+    if not base.is_absolute():
+        raise SandboxUnavailable(f"${WORKSPACE_BASE_ENV}={base}: the workspaces' folder must be an absolute path")
+    return base
+
+
+def _configured_base() -> Path:
     return Path(os.environ.get(WORKSPACE_BASE_ENV) or "/tmp")
 
 
@@ -113,17 +123,25 @@ def redact_host_paths(text: str) -> str:
     """``text`` with every host workspace path replaced by ``/workspace`` (and the opaque root by
     ``<sandbox root>``): an OSError's text names the host path, which must never reach the archive. Also
     the path from the root of the filesystem it is on, as /proc/self/mountinfo shows the bind mount
-    (``/draligned-ws-0/…`` when the base is a tmpfs's root)."""
-    root = rf"(?:/[^\s/'\"]+)*/{re.escape(f'draligned-ws-{os.getuid()}')}"
-    return re.sub(root, "<sandbox root>", re.sub(root + r"/[0-9a-f]+", "/workspace", text))
+    (``/draligned-ws-0/…`` when the base is a tmpfs's root). The root under the configured base is
+    replaced first, whole, so a base with a space in it is not left behind."""
+    name = f"draligned-ws-{os.getuid()}"
+    for root in (re.escape(str(_configured_base() / name)), rf"(?:/[^\s/'\"]+)*/{re.escape(name)}"):
+        root += r"(?![0-9])"  # uid 1 is not the start of draligned-ws-10
+        text = re.sub(root, "<sandbox root>", re.sub(root + r"/[0-9a-f]+", "/workspace", text))
+    return text
 
 
 def workspace_root() -> Path:
-    """The opaque parent of every workspace: traversable, not listable by others. Fixed under /tmp
-    (not $TMPDIR, which could name a study; see workspace_base) and per orchestrator uid (so users do not
-    collide)."""
+    """The opaque parent of every workspace: traversable, not listable by others. Under /tmp or the
+    operator's $DRALIGNED_WORKSPACE_BASE (never $TMPDIR, which could name a study; see workspace_base) and
+    per orchestrator uid (so users do not collide). Raises SandboxUnavailable when it cannot be made."""
     root = workspace_base() / f"draligned-ws-{os.getuid()}"
-    root.mkdir(mode=0o711, exist_ok=True)
+    try:
+        root.mkdir(mode=0o711, exist_ok=True)
+    except OSError as exc:
+        raise SandboxUnavailable(f"cannot make the workspaces' root {root} (${WORKSPACE_BASE_ENV} sets its "
+                                 f"folder): {exc.strerror}") from exc
     st = os.lstat(root)
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or stat.S_IMODE(st.st_mode) != 0o711:
         raise SandboxUnavailable(f"{root} exists but is not a directory owned by uid {os.getuid()} with mode "

@@ -27,6 +27,7 @@ from draligned.sandbox import (
     run_in_sandbox,
     sandbox_uid,
     workspace_base,
+    workspace_root,
 )
 from draligned.study import StudyError, load_study
 from tests.harness_helpers import needs_bwrap
@@ -217,3 +218,23 @@ def test_host_workspace_paths_are_redacted_in_every_form_the_host_shows(monkeypa
             f"in {tmp_path}/{root}")
     assert redact_host_paths(text) == ("open '/workspace/notes.md' failed; 65 0:27 /workspace /workspace rw; "
                                        "in <sandbox root>")
+
+
+def test_a_configured_base_with_a_space_is_redacted_whole_and_a_longer_uid_is_left_alone(monkeypatch, tmp_path):
+    """The configured base is replaced first, whole: the generic pattern alone stops at the space and would
+    leave ``…/my study`` in the archive. ``draligned-ws-<uid>0`` is another user's root, not ours."""
+    base = tmp_path / "my study"
+    monkeypatch.setenv(WORKSPACE_BASE_ENV, str(base))
+    root = f"draligned-ws-{os.getuid()}"
+    assert redact_host_paths(f"x {base}/{root}/0123abcd/notes.md y") == "x /workspace/notes.md y"
+    assert redact_host_paths(f"{base}/{root}") == "<sandbox root>"
+    assert redact_host_paths(f"/tmp/{root}0/0123abcd") == f"/tmp/{root}0/0123abcd"
+
+
+def test_a_relative_or_unusable_workspace_base_refuses_the_sandbox_with_the_variable_named(monkeypatch, tmp_path):
+    monkeypatch.setenv(WORKSPACE_BASE_ENV, "studies/ws")
+    with pytest.raises(SandboxUnavailable, match=r"\$DRALIGNED_WORKSPACE_BASE=studies/ws: .* absolute path"):
+        workspace_root()
+    monkeypatch.setenv(WORKSPACE_BASE_ENV, str(tmp_path / "missing" / "folder"))
+    with pytest.raises(SandboxUnavailable, match=r"cannot make the workspaces' root .*DRALIGNED_WORKSPACE_BASE"):
+        workspace_root()
