@@ -185,4 +185,38 @@ def test_a_started_coroutine_runs_to_its_first_wait_at_once_and_is_finished_by_w
         with pytest.raises(asyncio.CancelledError):
             await task
         assert steps == ["first step"]
+        steps.clear()
+        wait = asyncio.get_running_loop().create_future()
+        asyncio.get_running_loop().call_soon(wait.set_result, 6)
+        assert await started(body(wait)) == 7 and steps == ["first step", "resumed with 6"]  # awaited directly
     asyncio.run(main())
+
+
+def test_a_cancel_before_the_task_of_a_started_coroutine_first_runs_reaches_the_coroutines_own_handler():
+    """aiohttp closes the connection in its writer's handler: a cancel in the same loop step as the send
+    must run it then, not when the collector finally closes the abandoned coroutine."""
+    handled: list[str] = []
+
+    async def body(wait: asyncio.Future[None]) -> None:
+        try:
+            await wait
+        except asyncio.CancelledError:
+            handled.append("cancelled")
+            raise
+
+    async def main() -> None:
+        wait = asyncio.get_running_loop().create_future()
+        task = asyncio.ensure_future(started(body(wait)))
+        task.cancel()  # before the task's first step
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert handled == ["cancelled"]
+    asyncio.run(main())
+
+
+def test_an_interrupt_in_a_started_coroutines_first_step_is_raised_at_once():
+    async def body() -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        started(body())

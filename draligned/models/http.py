@@ -19,9 +19,9 @@ run's turn (benchmarks/README.md, "Branch throughput"). From Python 3.12 aiohttp
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib
 import sys
-import types
 from collections.abc import Coroutine, Generator
 from typing import Any, Literal
 
@@ -55,6 +55,7 @@ def sdk_http_client(sdk: Any, kind: Literal["aiohttp", "httpx"]) -> Any:
     return sdk.DefaultAioHttpClient(transport=transport)
 
 
+@functools.cache
 def eager_body_request() -> Any:
     """aiohttp's request class that writes its body eagerly: :class:`EagerBodyRequest` on Python 3.11, aiohttp's
     own (which does so itself) from 3.12."""
@@ -74,14 +75,17 @@ def eager_body_request() -> Any:
 
 
 def started(coro: Coroutine[Any, Any, Any]) -> Coroutine[Any, Any, Any]:
-    """Run ``coro`` now up to its first wait; return a coroutine that finishes it (its result, its exception)."""
+    """Run ``coro`` now up to its first wait; return a coroutine that finishes it (its result, its exception).
+    An interrupt (KeyboardInterrupt, SystemExit) in that first step is raised at once, as an eager task does."""
     try:
         first = coro.send(None)
     except StopIteration as stop:
         return _finished(stop.value)
+    except (KeyboardInterrupt, SystemExit):
+        raise
     except BaseException as exc:  # noqa: BLE001 (raised by whoever awaits it, as from the task)
         return _raise(exc)
-    return _resume(coro, first)
+    return _Resumed(coro, first)
 
 
 async def _finished(value: Any) -> Any:
@@ -92,19 +96,32 @@ async def _raise(exc: BaseException) -> Any:
     raise exc
 
 
-@types.coroutine
-def _resume(coro: Coroutine[Any, Any, Any], waiting: Any) -> Generator[Any, Any, Any]:
-    """Go on with a started coroutine: hand its waits to the task running this one, and their outcomes back."""
-    while True:
-        try:
-            try:
-                sent = yield waiting
-            except BaseException as exc:  # noqa: BLE001 (a cancel or an error thrown into the task: into coro)
-                waiting = coro.throw(exc)
-            else:
-                waiting = coro.send(sent)
-        except StopIteration as stop:
-            return stop.value
+class _Resumed(Coroutine[Any, Any, Any]):
+    """A coroutine already run to its first wait: the first step of whoever runs this hands on that wait;
+    every other step, and anything thrown in (a cancel before or after the first step) or a close, goes
+    straight to the coroutine, so its own handlers run as they would in its task."""
+
+    def __init__(self, coro: Coroutine[Any, Any, Any], waiting: Any) -> None:
+        self._coro, self._waiting = coro, [waiting]
+
+    def send(self, value: Any) -> Any:
+        return self._waiting.pop() if self._waiting else self._coro.send(value)
+
+    def throw(self, *exc: Any) -> Any:  # (value), or the old (type, value, tb)
+        self._waiting.clear()
+        return self._coro.throw(*exc)
+
+    def close(self) -> None:
+        self._coro.close()
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        return self  # an iterator with send and throw is what await drives
+
+    def __iter__(self) -> _Resumed:
+        return self
+
+    def __next__(self) -> Any:
+        return self.send(None)
 
 
 def aiohttp_transport(sdk: Any) -> Any:
