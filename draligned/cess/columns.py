@@ -154,6 +154,26 @@ def _columns(ids: list[str], tasks: list[str], arrays: dict[str, np.ndarray]) ->
                              round_start=starts["n_rounds"], **arrays)
 
 
+class ColumnCount:
+    """How many values of each column of :data:`KINDS` there is room for (``rows`` trajectories, ``docs``
+    documents, ``rounds`` rounds: a Parquet file's metadata counts them) and how many were taken."""
+
+    def __init__(self, rows: int, docs: int, rounds: int) -> None:
+        self.size = {name: docs if name in _PER_DOC else rounds if name in _PER_ROUND else rows for name in KINDS}
+        self.used = dict.fromkeys(KINDS, 0)
+
+    def take(self, arrays: dict[str, np.ndarray]) -> dict[str, int]:
+        """Where each of ``arrays`` starts in its column; ValueError when one does not fit (more
+        documents or rounds than counted), naming the column."""
+        starts = {}
+        for name, values in arrays.items():
+            starts[name] = at = self.used[name]
+            if at + len(values) > self.size[name]:
+                raise ValueError(f"{name}: more values than the {self.size[name]} counted")
+            self.used[name] = at + len(values)
+        return starts
+
+
 class ColumnSink:
     """Collects trajectories into columns allocated once for at most ``rows`` trajectories, ``docs``
     documents and ``rounds`` rounds (a Parquet file's metadata counts them): each part is copied into
@@ -161,24 +181,20 @@ class ColumnSink:
     nothing is joined at the end. The columns are trimmed to what was put."""
 
     def __init__(self, rows: int, docs: int, rounds: int) -> None:
-        size = {name: docs if name in _PER_DOC else rounds if name in _PER_ROUND else rows for name in KINDS}
-        self.arrays: dict[str, np.ndarray] = {name: np.empty(size[name], kind) for name, kind in KINDS.items()}
-        self.used = dict.fromkeys(KINDS, 0)
+        self.count = ColumnCount(rows, docs, rounds)
+        self.arrays: dict[str, np.ndarray] = {name: np.empty(self.count.size[name], kind)
+                                              for name, kind in KINDS.items()}
         self.ids: list[str] = []
         self.tasks: list[str] = []
 
     def extend(self, ids: list[str], tasks: list[str], **arrays: np.ndarray) -> None:
         """Many trajectories at once, as :meth:`ColumnBuilder.extend` takes them; ValueError when they
         do not fit (more documents or rounds than counted)."""
-        for name, values in arrays.items():
-            at = self.used[name]
-            if at + len(values) > len(self.arrays[name]):
-                raise ValueError(f"{name}: more values than the {len(self.arrays[name])} counted")
-            self.arrays[name][at:at + len(values)] = values
-            self.used[name] = at + len(values)
+        for name, at in self.count.take(arrays).items():
+            self.arrays[name][at:at + len(arrays[name])] = arrays[name]
         self.ids += ids
         self.tasks += tasks
 
     def build(self) -> TrajectoryColumns:
         """The trajectories put so far (views of the allocated columns)."""
-        return _columns(self.ids, self.tasks, {name: a[:self.used[name]] for name, a in self.arrays.items()})
+        return _columns(self.ids, self.tasks, {name: a[:self.count.used[name]] for name, a in self.arrays.items()})

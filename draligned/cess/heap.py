@@ -1,6 +1,7 @@
 """Process memory settings for loading 10^6 trajectories: reuse freed memory instead of fresh pages.
 
-The Parquet reader makes temporaries of tens of MB per row group. glibc maps each such block
+The Parquet reader makes temporaries of tens of MB per row group (and the JSON Lines workers a 16 MB
+range's text and its temporaries). glibc maps each such block
 afresh and unmaps it when freed, and numpy asks for transparent huge pages for arrays of 4 MB and
 more; on a virtual machine the first touch of fresh memory is slow (free pages go back to the host),
 so the Parquet load of 10^6 trajectories spent almost as much system time as user time. Measured there

@@ -81,7 +81,8 @@ def json_lines(cols: TrajectoryColumns, est: Estimates,
     apart = _rows_it_writes_apart(table)
     fixed = dict(zip(apart.tolist(), (orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE)
                                       for row in estimate_rows(cols, est, rows=apart)), strict=True))
-    con = con or duckdb.connect()
+    if con is None:
+        con = duckdb.connect()
     con.execute("SET preserve_insertion_order = true")
     keys = ", ".join(f"'{name}': \"{name}\"" for name in table.column_names)
     for lo in range(0, table.num_rows, SLICE):
@@ -93,6 +94,7 @@ def json_lines(cols: TrajectoryColumns, est: Estimates,
             row += len(chunk)
         if row != lo + min(SLICE, table.num_rows - lo):
             raise AssertionError(f"DuckDB wrote {row - lo} lines for {min(SLICE, table.num_rows - lo)} rows")
+    con.unregister("part")  # a caller's connection would keep the last slice alive
 
 
 def _spliced(chunk: pa.Array, first: int, fixed: dict[int, bytes]) -> Iterator[bytes | memoryview]:

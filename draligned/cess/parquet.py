@@ -21,6 +21,7 @@ import os
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -218,15 +219,26 @@ def _checked_groups(path: Path, workers: int, flat: bool) -> Iterator[Checked]:
             yield from pending.popleft().result()
 
 
-def _sink(meta: pq.FileMetaData, flat: bool) -> ColumnSink:
-    """Columns for the file's rows, and for as many documents and rounds as its metadata counts values
-    of the document ids and the chosen ids (an empty or NULL list counts one more: such a row is refused)."""
+def metadata_counts(meta: pq.FileMetaData, flat: bool) -> tuple[int, int, int]:
+    """The file's rows, and as many documents and rounds as its metadata counts values of the document
+    ids and the chosen ids (an empty or NULL list counts one more: such a row is refused)."""
     paths = [meta.schema.column(i).path.split(".") for i in range(meta.num_columns)]  # writers name list items apart
     leaves = ([p[0] == "doc_ids" for p in paths], [p[0] == "chosen" for p in paths]) if flat else (
         [p[:2] == ["pool", "doc_ids"] for p in paths], [p[0] == "rounds" and p[-1] == "chosen" for p in paths])
-    counts = [sum(meta.row_group(g).column(leaf.index(True)).num_values for g in range(meta.num_row_groups))
-              for leaf in leaves]
-    return ColumnSink(meta.num_rows, *counts)
+    docs, rounds = (sum(meta.row_group(g).column(leaf.index(True)).num_values for g in range(meta.num_row_groups))
+                    for leaf in leaves)
+    return meta.num_rows, docs, rounds
+
+
+@contextmanager
+def counted() -> Iterator[None]:
+    """Around taking a part into columns sized by :func:`metadata_counts`: a part that does not fit is the
+    file's error, that it holds more values than its metadata counts."""
+    try:
+        yield
+    except ValueError as exc:
+        raise TrajectoryError(0, "<file>", f"holds more values than its metadata counts ({exc})",
+                              where="file") from None
 
 
 def open_checked(path: Path) -> tuple[pq.FileMetaData, bool, Callable[[int], dict[str, Any]]]:
@@ -262,14 +274,11 @@ def load_parquet(path: str | Path, workers: int | None = None) -> TrajectoryColu
     """
     path = Path(path)
     meta, flat, read = open_checked(path)
-    sink, suspects, first_row = _sink(meta, flat), [], 1
+    sink, suspects, first_row = ColumnSink(*metadata_counts(meta, flat)), [], 1
     for bad, arrays, ids, tasks in _checked_groups(path, workers or os.cpu_count() or 1, flat):
         suspects.append(np.nonzero(bad)[0] + first_row)
-        try:
+        with counted():
             sink.extend(ids, tasks, **arrays)
-        except ValueError as exc:
-            raise TrajectoryError(0, "<file>", f"holds more values than its metadata counts ({exc})",
-                                  where="file") from None
         first_row += len(bad)
     if not sink.ids:
         raise TrajectoryError(0, "<file>", "no trajectories (the file has no rows)", where="rows")

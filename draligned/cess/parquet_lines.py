@@ -6,7 +6,7 @@ The estimators and the JSON lines are per trajectory, so each row group is decod
 estimated and written as text in one task (one thread per core; pyarrow, numpy and DuckDB release the
 GIL), and only its lines are kept. Nothing is printed before the whole file is checked: the suspect
 rows and repeated ids of every group go to the same full validator as :func:`load_parquet`, in row
-order, so an invalid file fails with the same error and no output. A group with a suspect row that
+order, so an invalid file fails with the same error and no output. A batch with a suspect row that
 the validator then accepts (a sum just within tolerance) is estimated after the check. The lines are
 byte for byte those of :func:`~draligned.cess.json_lines.json_lines` over the whole file (the
 estimators compute each trajectory's sums alone, ``tests/cess/test_parquet_lines.py``).
@@ -25,9 +25,9 @@ import duckdb
 import numpy as np
 
 from draligned.cess.column_estimators import estimate_columns
-from draligned.cess.columns import ColumnBuilder
+from draligned.cess.columns import ColumnBuilder, ColumnCount
 from draligned.cess.json_lines import json_lines
-from draligned.cess.parquet import checked_group, first_error, open_checked
+from draligned.cess.parquet import checked_group, counted, first_error, metadata_counts, open_checked
 from draligned.cess.parquet_batch import Checked
 from draligned.cess.trajectory import TrajectoryError
 
@@ -35,40 +35,41 @@ Lines = list[bytes | memoryview]
 """The JSON lines of a run of rows, in pieces."""
 
 
-class _Writer(threading.local):
+class _ThreadConnection(threading.local):
     """Each thread's DuckDB connection for the lines (one thread each: the pool uses the cores), made on
     its first use (a connection costs 30-50 ms of CPU)."""
 
     con: duckdb.DuckDBPyConnection | None = None
 
-    def connection(self) -> duckdb.DuckDBPyConnection:
+    def get(self) -> duckdb.DuckDBPyConnection:
         if self.con is None:
             self.con = duckdb.connect(config={"threads": 1})
         return self.con
 
 
-def _lines(part: Checked, lam: float, writer: _Writer) -> Lines:
+def _lines(part: Checked, lam: float, connection: _ThreadConnection) -> Lines:
     _, arrays, ids, tasks = part
     builder = ColumnBuilder()
     builder.extend(ids, tasks, **arrays)
     cols = builder.build()
-    return list(json_lines(cols, estimate_columns(cols, lam), writer.connection()))
+    return list(json_lines(cols, estimate_columns(cols, lam), connection.get()))
 
 
-def _group(path: Path, group: int, flat: bool, lam: float, writer: _Writer) -> list[tuple[Checked, Lines | None]]:
+def _group(path: Path, group: int, flat: bool, lam: float,
+           connection: _ThreadConnection) -> list[tuple[Checked, Lines | None]]:
     """One row group checked batch by batch, each clean batch's lines written (None for a batch with a
     suspect row: it waits for the validator)."""
-    return [(part, None if part[0].any() else _lines(part, lam, writer))
+    return [(part, None if part[0].any() else _lines(part, lam, connection))
             for part in checked_group(path, group, flat)]
 
 
 def _groups(path: Path, groups: int, flat: bool, lam: float, workers: int) -> Iterator[tuple[Checked, Lines | None]]:
     """Every batch of the file with its lines, in file order, at most 2 × ``workers`` groups in flight."""
-    writer = _Writer()
+    connection = _ThreadConnection()
     with ThreadPoolExecutor(workers) as pool:
         pending: deque[Future[list[tuple[Checked, Lines | None]]]] = deque()
         for group in range(groups):
-            pending.append(pool.submit(_group, path, group, flat, lam, writer))
+            pending.append(pool.submit(_group, path, group, flat, lam, connection))
             if len(pending) >= 2 * workers:
                 yield from pending.popleft().result()
         while pending:
@@ -87,10 +88,12 @@ def parquet_lines(path: str | Path, lam: float, workers: int | None = None) -> I
     meta, flat, read = open_checked(path)
     done: list[Checked | Lines] = []  # a batch's lines, or the checked batch itself until the validator decides
     ids: list[str] = []
-    suspects, first_row = [], 1
+    suspects, first_row, count = [], 1, ColumnCount(*metadata_counts(meta, flat))
     for part, lines in _groups(path, meta.num_row_groups, flat, lam, workers or os.cpu_count() or 1):
         bad = part[0]
         suspects.append(np.nonzero(bad)[0] + first_row)
+        with counted():  # refused as load_parquet refuses it
+            count.take(part[1])
         ids += part[2]
         first_row += len(bad)
         done.append(part if lines is None else lines)
@@ -101,6 +104,6 @@ def parquet_lines(path: str | Path, lam: float, workers: int | None = None) -> I
 
 
 def _emit(done: list[Checked | Lines], lam: float) -> Iterator[bytes | memoryview]:
-    writer = _Writer()
+    connection = _ThreadConnection()
     for item in done:
-        yield from _lines(item, lam, writer) if isinstance(item, tuple) else item
+        yield from _lines(item, lam, connection) if isinstance(item, tuple) else item

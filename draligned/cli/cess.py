@@ -87,40 +87,30 @@ def _run_estimate(args: argparse.Namespace) -> int:
     import duckdb
 
     from draligned.cess.column_estimators import estimate_columns, estimate_rows
-    from draligned.cess.heap import keep_freed_memory
-    from draligned.cess.json_lines import json_lines
+    from draligned.cess.estimate_file import estimate_lines, load_file
     from draligned.cess.trajectory import TrajectoryError
 
-    parquet = trajectory_format(path, args.format) == "parquet"
-    try:
-        if parquet:  # this process only loads and estimates: reuse the reader's freed temporaries
-            keep_freed_memory()  # (not for JSON Lines: its peak memory was measured without, just under 2 GB)
-            from draligned.cess.parquet import load_parquet
-            from draligned.cess.parquet_lines import parquet_lines
-            if args.json:  # each row group read, checked, estimated and written in one task, on every core
-                lines = parquet_lines(path, args.lam)
-            else:
-                columns = load_parquet(path)
+    fmt = trajectory_format(path, args.format)
+    try:  # both read and check the whole file before anything is printed
+        if args.json:  # the bytes pydantic's model_dump_json would write (tests/cess/test_columns.py)
+            lines = estimate_lines(path, fmt, args.lam)
         else:
-            from draligned.cess.fastload import load_columns  # simdjson: only for JSON Lines
-            columns = load_columns(path)
+            columns = load_file(path, fmt)
     except (TrajectoryError, OSError, duckdb.Error) as exc:
         print(f"error: {path}: {exc}", file=sys.stderr)
         return 2
-    if args.json:  # the bytes pydantic's model_dump_json would write (tests/cess/test_columns.py)
-        if not parquet:
-            lines = json_lines(columns, estimate_columns(columns, args.lam))
+    if args.json:
         sys.stdout.flush()
         out = getattr(sys.stdout, "buffer", None)
         for piece in lines:
             out.write(piece) if out is not None else sys.stdout.write(bytes(piece).decode())
         sys.stdout.flush()
-    else:
-        print(
-            f"CESS lambda = {args.lam}; CESS = Eq. 9, CESS13 = Eq. 13, CESS12 = Eq. 12; "
-            "point estimates are omitted where the support interval (Eq. 10) applies"
-        )
-        print(_estimate_table(list(estimate_rows(columns, estimate_columns(columns, args.lam)))))
+        return 0
+    print(
+        f"CESS lambda = {args.lam}; CESS = Eq. 9, CESS13 = Eq. 13, CESS12 = Eq. 12; "
+        "point estimates are omitted where the support interval (Eq. 10) applies"
+    )
+    print(_estimate_table(list(estimate_rows(columns, estimate_columns(columns, args.lam)))))
     return 0
 
 

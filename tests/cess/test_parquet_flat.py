@@ -15,8 +15,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from draligned.cess import parquet
-from draligned.cess.columns import ColumnSink, TrajectoryColumns
+from draligned.cess import parquet, parquet_lines
+from draligned.cess.columns import TrajectoryColumns
 from draligned.cess.fastload import load_columns
 from draligned.cess.heap import keep_freed_memory
 from draligned.cess.parquet import load_parquet, write_nested_parquet, write_parquet
@@ -195,6 +195,12 @@ def test_a_file_holding_more_values_than_its_metadata_counts_is_refused(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = _flat_file(tmp_path / "t.parquet", [flat_row(VALID), flat_row(VALID | {"trajectory_id": "t2"})])
     assert load_parquet(path).trajectory_id == ["t1", "t2"]
-    monkeypatch.setattr(parquet, "_sink", lambda meta, flat: ColumnSink(meta.num_rows, 6, 3))  # a round short
-    with pytest.raises(TrajectoryError, match=r"^file: <file>: holds more values than its metadata counts \(chosen: "):
+    def short(meta: Any, flat: bool) -> tuple[int, int, int]:  # a round short
+        return meta.num_rows, 6, 3
+    for module in (parquet, parquet_lines):  # the load and the --json pipeline refuse it alike
+        monkeypatch.setattr(module, "metadata_counts", short)
+    refused = r"^file: <file>: holds more values than its metadata counts \(chosen: more values than the 3 counted\)$"
+    with pytest.raises(TrajectoryError, match=refused):
         load_parquet(path)
+    with pytest.raises(TrajectoryError, match=refused):
+        list(parquet_lines.parquet_lines(path, 0.5))

@@ -1,0 +1,42 @@
+"""`cess estimate FILE`: a trajectory file (JSON Lines or Parquet) read, checked and estimated.
+
+Each format's reader is imported only when a file of it is read (simdjson for JSON Lines; pyarrow's
+Parquet modules for Parquet), so one command loads only what it runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Literal
+
+from draligned.cess.columns import TrajectoryColumns
+
+Format = Literal["jsonl", "parquet"]
+
+
+def load_file(path: Path, fmt: Format) -> TrajectoryColumns:
+    """Every trajectory of the file as columns; raises TrajectoryError (naming line or row and field),
+    OSError or duckdb.Error."""
+    if fmt == "parquet":
+        from draligned.cess.heap import keep_freed_memory
+        from draligned.cess.parquet import load_parquet
+        keep_freed_memory()  # this process only loads and estimates: reuse the reader's freed temporaries
+        return load_parquet(path)  # (not for JSON Lines: its peak was measured without, just under 2 GB)
+    from draligned.cess.fastload import load_columns
+    return load_columns(path)
+
+
+def estimate_lines(path: Path, fmt: Format, lam: float) -> Iterator[bytes | memoryview]:
+    """The ``--json`` lines of the file's estimates, in pieces of bytes. The file is read and checked by
+    the call (it raises as :func:`load_file` does); a Parquet file goes through one pipeline over its row
+    groups on every core (:mod:`draligned.cess.parquet_lines`), which keeps only the lines."""
+    if fmt == "parquet":
+        from draligned.cess.heap import keep_freed_memory
+        from draligned.cess.parquet_lines import parquet_lines
+        keep_freed_memory()
+        return parquet_lines(path, lam)
+    from draligned.cess.column_estimators import estimate_columns
+    from draligned.cess.json_lines import json_lines
+    columns = load_file(path, fmt)
+    return json_lines(columns, estimate_columns(columns, lam))
