@@ -178,7 +178,8 @@ def _estimators(cols: TrajectoryColumns) -> dict[str, float]:
 def _parquet_stages(parquet: Path, groups: int = 16) -> dict[str, float]:
     """CPU µs per trajectory of each step of ``cess estimate F.parquet --json`` (draligned/cess/parquet_lines.py),
     in one thread over ``groups`` row groups after one unmeasured (the pipeline runs them one thread per
-    core), and the CPU seconds of the command's start-up (imports, then a file that does not exist)."""
+    core), and the CPU seconds of the command's start-up (imports, then a file that does not exist). The steps
+    mirror ``parquet_lines._group`` and ``_lines`` one by one, so that each can be timed: keep them in step."""
     import duckdb
 
     from draligned.cess.heap import keep_freed_memory
