@@ -66,20 +66,29 @@ bool text(element value, std::string_view &out) {
   return !value.get_string().get(out) && !out.empty();
 }
 
-bool pool(element value, Line &line) {
+// The fields of an object by name: each value into values[k] for names[k], the names present as bits of
+// seen; false when the value is not an object, or a field is unknown or named twice.
+template <size_t N>
+bool fields(element value, const std::string_view (&names)[N], element (&values)[N], unsigned &seen) {
   simdjson::dom::object object;
   if (value.get_object().get(object)) return false;
-  element doc_ids, y, m;
-  unsigned seen = 0;
+  seen = 0;
   for (auto field : object) {
-    unsigned bit;
-    if (field.key == "doc_ids") bit = 1, doc_ids = field.value;
-    else if (field.key == "y") bit = 2, y = field.value;
-    else if (field.key == "m") bit = 4, m = field.value;
-    else return false;
-    if (seen & bit) return false;
-    seen |= bit;
+    size_t k = 0;
+    while (k < N && field.key != names[k]) k++;
+    if (k == N || (seen & (1u << k))) return false;
+    seen |= 1u << k;
+    values[k] = field.value;
   }
+  return true;
+}
+
+bool pool(element value, Line &line) {
+  static constexpr std::string_view names[] = {"doc_ids", "y", "m"};
+  element values[3];
+  unsigned seen;
+  if (!fields(value, names, values, seen)) return false;
+  auto [doc_ids, y, m] = values;
   simdjson::dom::array ids;
   if (!(seen & 1) || doc_ids.get_array().get(ids) || ids.size() == 0) return false;
   int64_t i = 0;
@@ -107,20 +116,11 @@ bool pool(element value, Line &line) {
 }
 
 bool round(element value, Line &line) {
-  simdjson::dom::object object;
-  if (value.get_object().get(object)) return false;
-  element probs, chosen, stop, y;
-  unsigned seen = 0;
-  for (auto field : object) {
-    unsigned bit;
-    if (field.key == "probs") bit = 1, probs = field.value;
-    else if (field.key == "chosen") bit = 2, chosen = field.value;
-    else if (field.key == "stop_prob") bit = 4, stop = field.value;
-    else if (field.key == "y") bit = 8, y = field.value;
-    else return false;
-    if (seen & bit) return false;
-    seen |= bit;
-  }
+  static constexpr std::string_view names[] = {"probs", "chosen", "stop_prob", "y"};
+  element values[4];
+  unsigned seen;
+  if (!fields(value, names, values, seen)) return false;
+  auto [probs, chosen, stop, y] = values;
   std::string_view name;
   double c, score = std::numeric_limits<double>::quiet_NaN();
   if ((seen & 7) != 7 || !text(chosen, name) || !number(stop, c) || ((seen & 8) && !number(y, score))) return false;
@@ -134,22 +134,11 @@ bool round(element value, Line &line) {
 }
 
 bool walk(element doc, Line &line) {
-  simdjson::dom::object object;
-  if (doc.get_object().get(object)) return false;
-  element tid, task, ranking, budget, pool_value, rounds_value;
-  unsigned seen = 0;
-  for (auto field : object) {
-    unsigned bit;
-    if (field.key == "trajectory_id") bit = 1, tid = field.value;
-    else if (field.key == "task_id") bit = 2, task = field.value;
-    else if (field.key == "budget") bit = 4, budget = field.value;
-    else if (field.key == "pool") bit = 8, pool_value = field.value;
-    else if (field.key == "rounds") bit = 16, rounds_value = field.value;
-    else if (field.key == "ranking") bit = 32, ranking = field.value;
-    else return false;
-    if (seen & bit) return false;
-    seen |= bit;
-  }
+  static constexpr std::string_view names[] = {"trajectory_id", "task_id", "budget", "pool", "rounds", "ranking"};
+  element values[6];
+  unsigned seen;
+  if (!fields(doc, names, values, seen)) return false;
+  auto [tid, task, budget, pool_value, rounds_value, ranking] = values;
   if ((seen & 31) != 31 || !text(tid, line.tid) || !text(task, line.task)) return false;
   if (budget.type() != element_type::INT64 || (line.budget = int64_t(budget)) < 1) return false;
   if (seen & 32) {
