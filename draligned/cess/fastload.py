@@ -1,12 +1,13 @@
 """Load a JSON Lines trajectory file into :class:`TrajectoryColumns`, validating every line fast.
 
 The file is cut into ranges of about CHUNK_BYTES at line ends, checked in worker processes (one per
-core) and added in file order. In a range each line is parsed by simdjson (:meth:`LineChunk.take_line`:
-C, no Python object per number), or, when that cannot read it, by orjson (:meth:`LineChunk.take`), and
-checked by the shape checks; then, per range, by vectorised numpy checks of every number (ranges,
-probability sums, the chosen document's probability, c_1 = 0, Y known and consistent). A line that
-fails any of them, or that neither parser reads, goes to the full validator
-:func:`draligned.cess.trajectory.parse_trajectory` (strict JSON, jsonschema, pydantic, the semantic rules),
+core) and added in file order. In a range each line is parsed by simdjson and walked in C++ when the
+optional extension is built (:meth:`LineChunk.take_lines`); a line it declines (or every line, without
+it) is walked in Python (:meth:`LineChunk.take_line`: no Python object per number), or, when that cannot
+read it, parsed by orjson (:meth:`LineChunk.take`), and checked by the shape checks; then, per range, by
+vectorised numpy checks of every number (ranges, probability sums, the chosen document's probability,
+c_1 = 0, Y known and consistent). A line that fails any of them, or that neither parser reads, goes to the full
+validator :func:`draligned.cess.trajectory.parse_trajectory` (strict JSON, jsonschema, pydantic, the semantic rules),
 which raises the same error, naming line and field, as :func:`draligned.cess.trajectory.load_trajectories`;
 a line the fast checks only doubted (a sum within rounding of the tolerance) is kept when the full
 validator accepts it. The fast checks accept nothing the full validator rejects: they are stricter, never looser.
@@ -26,6 +27,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from draligned.cess import line_chunk
 from draligned.cess.columns import ColumnBuilder, TrajectoryColumns
 from draligned.cess.heap import keep_freed_memory
 from draligned.cess.line_chunk import LineChunk, brackets
@@ -70,6 +72,11 @@ def _gather(text: bytes, first_line: int, counted: bool = False,
     gathered again counting them per line."""
     chunk, spans, start, count, declined = LineChunk(), list[tuple[int, int]](), 0, 0, 0
     while start < len(text):
+        if line_chunk.compiled_walk is not None:
+            start, taken = chunk.take_lines(text, start, first_line + count, spans, counted)
+            count += taken
+            if start >= len(text):
+                break
         end = text.find(b"\n", start) + 1 or len(text)
         number, count, span = first_line + count, count + 1, (start, end)
         start = end

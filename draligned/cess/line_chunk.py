@@ -11,7 +11,11 @@ compares them line by line):
   ``pool.y`` or a line that only the full validator can judge), with the same shape and type checks in
   Python.
 
-Both only gather: :meth:`LineChunk.check` then checks every number rule over the chunk's arrays (numpy),
+Before both, when it is built, the compiled walk (:meth:`LineChunk.take_lines`, ``_line_walk.cpp``: the same
+simdjson parse, walked in C++) gathers every line of the canonical shape straight into the chunk's lists, and
+declines any other to :meth:`LineChunk.take_line` and the rest, as if it had not looked.
+
+All only gather: :meth:`LineChunk.check` then checks every number rule over the chunk's arrays (numpy),
 and a line that breaks or nears one is judged by the full validator. A parse that cannot tell returns
 False and leaves the line to the next one; neither accepts a line the full validator would reject.
 """
@@ -28,6 +32,11 @@ import simdjson
 
 from draligned.cess.columns import first_positive_round
 from draligned.cess.trajectory import PROB_SUM_MARGIN, PROB_SUM_TOLERANCE, Y_TOLERANCE
+
+try:
+    from draligned.cess import _line_walk as compiled_walk
+except ImportError:  # installed without a C++ compiler (the extension is optional): the Python walk alone
+    compiled_walk = None  # type: ignore[assignment]
 
 _TOP, _TOP_REQUIRED = {"trajectory_id", "task_id", "ranking", "budget", "pool", "rounds"}, {
     "trajectory_id", "task_id", "budget", "pool", "rounds"}
@@ -109,6 +118,17 @@ class LineChunk:
         self.chosen += chosen
         self.stop += stop
         self.round_y += round_y
+
+    def take_lines(self, text: bytes, start: int, number: int, spans: list[tuple[int, int]],
+                   counted: bool = True) -> tuple[int, int]:
+        """Gather the lines of ``text`` from byte ``start`` (numbered from ``number``; their spans appended
+        to ``spans``) while the compiled walk accepts them: the start of the first line it declines (or
+        ``len(text)``) and the number of lines gathered. ``counted`` as in :meth:`take_line`."""
+        out = (self.lines, spans, self.ids, self.tasks, self.budget, self.n_docs, self.n_rounds, self.doc_y,
+               self.doc_m, self.probs, self.chosen, self.stop, self.round_y)
+        start, taken, arrays = compiled_walk.take_lines(text, start, number, counted, out)
+        self.arrays += arrays
+        return start, taken
 
     def take_line(self, text: bytes, start: int = 0, end: int | None = None, counted: bool = True) -> bool:
         """Gather the line ``text[start:end]`` (parsed in place) if simdjson reads it with the schema's shape

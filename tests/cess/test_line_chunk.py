@@ -1,6 +1,9 @@
 """The simdjson line parse (the loader's fast path) against orjson's and the full validator, line by line.
 
-For every line, :meth:`LineChunk.take_line` either declines (the line goes on to orjson and the full
+Every test that takes the ``walk`` fixture runs over both walks of the parsed line: Python's
+(:meth:`LineChunk.take_line`) and, when the extension is built, the compiled one
+(:meth:`LineChunk.take_lines`, which must also gather exactly what Python's gathers from a line it accepts).
+For every line, the walk either declines (the line goes on to orjson and the full
 validator) or gathers exactly what :meth:`LineChunk.take` gathers from orjson's record; it never gathers a
 line the full validator rejects for its shape or types. Through the loader, a bad line's error names the
 same line, field and message as :func:`load_trajectories` wherever the line falls.
@@ -19,7 +22,7 @@ import numpy as np
 import orjson
 import pytest
 
-from draligned.cess import fastload
+from draligned.cess import fastload, line_chunk
 from draligned.cess.fastload import load_columns
 from draligned.cess.line_chunk import LineChunk
 from draligned.cess.trajectory import TrajectoryError, load_trajectories, parse_trajectory
@@ -32,6 +35,33 @@ def _gathered(chunk: LineChunk) -> dict[str, Any]:
     bad, arrays = chunk.check()
     return {"ids": chunk.ids, "tasks": chunk.tasks, "bad": bad.tolist(),
             **{name: (value.dtype.str, value.tobytes()) for name, value in arrays.items()}}
+
+
+WALKS = ["python", pytest.param("compiled", marks=pytest.mark.skipif(
+    line_chunk.compiled_walk is None, reason="the optional extension draligned.cess._line_walk is not built"))]
+
+
+@pytest.fixture(params=WALKS)
+def walk(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The walk the loader uses in this test: the compiled one, or Python's alone (as without the extension)."""
+    if request.param == "python":
+        monkeypatch.setattr(line_chunk, "compiled_walk", None)
+    return request.param
+
+
+def _take(chunk: LineChunk, raw: bytes) -> bool:
+    """Whether the loader's first walk gathers the line ``raw`` into ``chunk``: the compiled walk when it is
+    in use (and then Python's gathers the same from it), else :meth:`LineChunk.take_line`."""
+    if line_chunk.compiled_walk is None:
+        return chunk.take_line(raw)
+    spans: list[tuple[int, int]] = []
+    start, taken = chunk.take_lines(raw, 0, 7, spans)
+    assert (start, taken) in ((0, 0), (len(raw), 1)) and len(chunk.ids) == taken and spans == [(0, len(raw))] * taken
+    if taken:
+        assert chunk.lines == [7]
+        python = LineChunk()
+        assert python.take_line(raw) and _gathered(python) == _gathered(chunk), raw
+    return bool(taken)
 
 
 def _verdicts(raw: bytes) -> tuple[dict[str, Any] | None, dict[str, Any] | None, bool]:
@@ -47,7 +77,7 @@ def _verdicts(raw: bytes) -> tuple[dict[str, Any] | None, dict[str, Any] | None,
     except (TrajectoryError, UnicodeDecodeError):
         checked = None
     exact = rec is not None and slow.take(rec, raw) or checked is not None and slow.take(checked, None)
-    return _gathered(fast) if fast.take_line(raw) else None, _gathered(slow) if exact else None, checked is not None
+    return _gathered(fast) if _take(fast, raw) else None, _gathered(slow) if exact else None, checked is not None
 
 
 def _agree(raw: bytes) -> bool:
@@ -91,7 +121,8 @@ BAD_SHAPES = [  # (mutation, field the full validator names): every kind of line
 
 
 @pytest.mark.parametrize(("mutate", "field"), BAD_SHAPES, ids=[f for _, f in BAD_SHAPES])
-def test_the_fast_parse_declines_a_line_of_the_wrong_shape_or_type(mutate: Callable[[dict], None], field: str) -> None:
+def test_the_fast_parse_declines_a_line_of_the_wrong_shape_or_type(
+        walk: str, mutate: Callable[[dict], None], field: str) -> None:
     raw = _mutated(VALID, mutate)
     assert _agree(orjson.dumps(VALID)) and not _agree(raw)
     with pytest.raises(TrajectoryError):
@@ -100,7 +131,7 @@ def test_the_fast_parse_declines_a_line_of_the_wrong_shape_or_type(mutate: Calla
 
 @pytest.mark.parametrize(("name", "mutate", "field", "message"), CASES, ids=[c[0] for c in CASES])
 def test_every_kind_of_bad_line_is_declined_or_flagged_by_the_number_checks(
-        name: str, mutate: Callable[[dict], None], field: str, message: str) -> None:
+        walk: str, name: str, mutate: Callable[[dict], None], field: str, message: str) -> None:
     raw = _mutated(VALID, mutate)
     fast, _, valid = _verdicts(raw)
     assert not valid and (fast is None or any(fast["bad"])) and _agree(raw) == (fast is not None)
@@ -116,7 +147,7 @@ COMPACT = orjson.dumps(VALID).decode()
     COMPACT.replace('"t1"', '"t1\x00"'), COMPACT + "\x00", COMPACT.replace('"t1"', '"[t1]"'),
     COMPACT.replace('"m":', '"y":'), COMPACT.replace('"m":', '"n":'), COMPACT.replace('"m":', '"doc_ids":'),
 ])
-def test_odd_lines_the_two_paths_agree(line: str) -> None:
+def test_odd_lines_the_two_paths_agree(walk: str, line: str) -> None:
     _agree(line.encode("utf-8", "surrogatepass"))
 
 
@@ -128,15 +159,16 @@ def test_odd_lines_the_two_paths_agree(line: str) -> None:
         {"probs": [1, 0, 0], "chosen": "d0", "stop_prob": 0, "y": 1},
         {"probs": [0, 0, 1], "chosen": "d2", "stop_prob": 0, "y": None}]},
 ], ids=["valid", "ranking null", "no ranking", "no pool scores", "null pool scores", "ints, nulls"])
-def test_the_fast_parse_reads_every_valid_form_as_orjson_does(record: dict[str, Any]) -> None:
+def test_the_fast_parse_reads_every_valid_form_as_orjson_does(walk: str, record: dict[str, Any]) -> None:
     raw = orjson.dumps(record)
     fast, slow, valid = _verdicts(raw)
-    if valid:
+    if valid and (walk == "python" or b"null" not in raw):  # the compiled walk leaves nulls to Python's
         assert fast is not None and fast == slow
-    assert _agree(json.dumps(record, indent=None).encode())
+        assert _agree(json.dumps(record, indent=None).encode())
+    _agree(json.dumps(record, indent=None).encode())
 
 
-def test_byte_mutations_of_valid_lines_the_two_paths_agree() -> None:
+def test_byte_mutations_of_valid_lines_the_two_paths_agree(walk: str) -> None:
     """Hypothesis is imported here, not at collection: every xdist worker collects this module, and the
     import (~0.9 CPU-s) is needed only by the one that runs this test."""
     from hypothesis import given, settings
@@ -154,6 +186,43 @@ def test_byte_mutations_of_valid_lines_the_two_paths_agree() -> None:
     mutated_lines_agree()
 
 
+@pytest.mark.skipif(line_chunk.compiled_walk is None, reason="the optional extension is not built")
+@pytest.mark.parametrize("line", [
+    COMPACT.replace('"d0"', '"d\\u0030"'), "\ufeff" + COMPACT, COMPACT.replace("0.1,", "12345678901234567890,", 1),
+    COMPACT.replace('"budget":2', '"budget":2,"budget":2'), COMPACT.replace('"m":', '"n":'),
+    orjson.dumps(VALID | {"ranking": None}).decode(), _mutated(VALID, _set("rounds.1.y", None)).decode(),
+    _mutated(VALID, _set("pool.y.1", None)).decode(), _mutated(VALID, _set("rounds.0.probs.1", [0.25])).decode(),
+    COMPACT.replace('"budget":2', '"budget":18446744073709551615'), COMPACT.replace('"t1"', '"t\\"1"'),
+], ids=["escaped id", "BOM", "big integer", "repeated key", "unknown key", "null ranking", "null round y",
+        "null pool y", "nested array", "unsigned budget", "escaped quote"])
+def test_the_compiled_walk_declines_every_odd_line(line: str) -> None:
+    """Declined, each goes on to Python's walk or the exact path (which the other tests check)."""
+    chunk = LineChunk()
+    assert chunk.take_lines(line.encode(), 0, 1, []) == (0, 0) and not chunk.ids and not chunk.arrays
+
+
+def test_the_compiled_walk_and_the_python_paths_gather_a_mixed_chunk_alike(walk: str) -> None:
+    """Lines the compiled walk declines, between lines it takes, keep their places in the chunk."""
+    rng = random.Random(5)
+    lines = [orjson.dumps(varied_trajectory(rng, i)) for i in range(30)]
+    lines[3:3] = [b"", orjson.dumps(VALID | {"ranking": None}).replace(b'"t1"', b'"\\u0074x"'),
+                  _mutated(VALID, _set("pool.y.1", None)), orjson.dumps(VALID).replace(b'"t1"', b'"[t1]"')]
+    text = b"\n".join(lines) + b"\n"
+    chunk, spans, count, error = fastload._gather(text, 1)
+    python, python_spans, python_count, python_error = _python_gather(text)
+    assert error is None and python_error is None and count == python_count == 34 and spans == python_spans
+    assert chunk.lines == python.lines and len(chunk.ids) == 33 and _gathered(chunk) == _gathered(python)
+
+
+def _python_gather(text: bytes) -> tuple[LineChunk, list[tuple[int, int]], int, TrajectoryError | None]:
+    """:func:`fastload._gather` with Python's walk alone, as without the extension."""
+    walk, line_chunk.compiled_walk = line_chunk.compiled_walk, None
+    try:
+        return fastload._gather(text, 1)
+    finally:
+        line_chunk.compiled_walk = walk
+
+
 BAD_LINES = [  # (line text, field named in the error): one of each kind, as a writer might get it wrong
     (_mutated(VALID, _set("rounds.0.probs.1", "0.25")).decode(), "rounds[0].probs[1]"),
     (_mutated(VALID, _set("rounds.0.probs.1", 1.5)).decode(), "rounds[0].probs"),
@@ -169,7 +238,7 @@ BAD_LINES = [  # (line text, field named in the error): one of each kind, as a w
 
 @pytest.mark.parametrize(("line", "field"), BAD_LINES, ids=[f"{i}-{f}" for i, (_, f) in enumerate(BAD_LINES)])
 def test_a_bad_line_in_a_worker_range_names_its_line_and_field(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, line: str, field: str) -> None:
+        walk: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, line: str, field: str) -> None:
     monkeypatch.setattr(fastload, "CHUNK_BYTES", 3_000)  # many ranges, checked in two worker processes
     monkeypatch.setattr(fastload, "forkable", lambda: True)
     rng = random.Random(3)
@@ -194,7 +263,7 @@ def test_the_fast_parse_keeps_a_pool_it_checked_and_no_dom_outlives_a_line() -> 
     np.testing.assert_array_equal(chunk.chosen, [0, 2] * 3)
 
 
-def test_a_nested_array_that_flattens_to_the_right_length_is_caught_by_the_chunks_bracket_count() -> None:
+def test_a_nested_array_that_flattens_to_the_right_length_is_caught_by_the_chunks_bracket_count(walk: str) -> None:
     nested = _mutated(VALID, _set("rounds.0.probs.1", [0.25]))  # [0.5, [0.25], 0.25]: three numbers flattened
     assert LineChunk().take_line(nested, counted=False) and not LineChunk().take_line(nested)
     text = orjson.dumps(VALID) + b"\n" + nested + b"\n"

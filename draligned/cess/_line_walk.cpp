@@ -1,0 +1,241 @@
+// The compiled walk of draligned.cess.line_chunk: a JSON Lines range read line by line with simdjson's DOM
+// (the parse pysimdjson wraps, same version: its simdjson.h/simdjson.cpp, found by setup.py), each line
+// either gathered straight into a LineChunk's lists or declined (then the Python paths judge it as before).
+//
+// A line is gathered only when it has exactly the canonical shape LineChunk.take_line accepts: an object of
+// the five required fields and optionally "ranking" (a string of the enum), each named once; a pool of
+// doc_ids (distinct non-empty strings) and optionally y and m, arrays of n numbers; 1..budget rounds, each an
+// object of probs (n numbers), chosen (a pool id), stop_prob (a number) and optionally y (a number). Anything
+// else is declined: a backslash anywhere on the line (escapes), null, a big integer (simdjson's BIGINT_ERROR),
+// a nested array, an integer above INT64_MAX, a byte-order mark, a line not starting with '{'.
+// Numbers are converted as pysimdjson's as_buffer(of_type="d") converts them: simdjson's get_double.
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "simdjson.h"
+#include "simdjson.cpp"  // one translation unit: the simdjson the installed pysimdjson ships
+
+namespace {
+
+using simdjson::dom::element;
+using simdjson::dom::element_type;
+
+enum Out { LINES, SPANS, IDS, TASKS, BUDGET, N_DOCS, N_ROUNDS, DOC_Y, DOC_M, PROBS, CHOSEN, STOP, ROUND_Y, N_OUT };
+
+struct Line {
+  std::string_view tid, task;
+  int64_t budget = 0;
+  size_t n = 0;
+  std::vector<double> doc_y, doc_m, probs, stop, round_y;
+  std::vector<std::pair<std::string_view, int64_t>> ids;  // sorted by id, for distinctness and lookup
+  std::vector<int64_t> chosen;
+  size_t arrays = 0;
+
+  void clear() {  // keeps the vectors' storage for the next line
+    doc_y.clear(), doc_m.clear(), probs.clear(), stop.clear(), round_y.clear(), ids.clear(), chosen.clear();
+    arrays = 0;
+  }
+};
+
+bool number(element value, double &out) {
+  // A double or an int64, converted as pysimdjson's flatten_array<double> converts it; an integer above
+  // INT64_MAX (simdjson's UINT64) is declined.
+  return value.type() != element_type::UINT64 && !value.get_double().get(out);
+}
+
+bool numbers(element value, size_t n, std::vector<double> &out) {
+  simdjson::dom::array array;
+  if (value.get_array().get(array) || array.size() != n) return false;
+  for (element item : array) {
+    double x;
+    if (!number(item, x)) return false;
+    out.push_back(x);
+  }
+  return true;
+}
+
+bool text(element value, std::string_view &out) {
+  return !value.get_string().get(out) && !out.empty();
+}
+
+// The fields of an object by name: each value into values[k] for names[k], the names present as bits of
+// seen; false when the value is not an object, or a field is unknown or named twice.
+template <size_t N>
+bool fields(element value, const std::string_view (&names)[N], element (&values)[N], unsigned &seen) {
+  simdjson::dom::object object;
+  if (value.get_object().get(object)) return false;
+  seen = 0;
+  for (auto field : object) {
+    size_t k = 0;
+    while (k < N && field.key != names[k]) k++;
+    if (k == N || (seen & (1u << k))) return false;
+    seen |= 1u << k;
+    values[k] = field.value;
+  }
+  return true;
+}
+
+bool pool(element value, Line &line) {
+  static constexpr std::string_view names[] = {"doc_ids", "y", "m"};
+  element values[3];
+  unsigned seen;
+  if (!fields(value, names, values, seen)) return false;
+  auto [doc_ids, y, m] = values;
+  simdjson::dom::array ids;
+  if (!(seen & 1) || doc_ids.get_array().get(ids) || ids.size() == 0) return false;
+  int64_t i = 0;
+  for (element id : ids) {
+    std::string_view name;
+    if (!text(id, name)) return false;
+    line.ids.emplace_back(name, i++);
+  }
+  line.n = line.ids.size();
+  std::sort(line.ids.begin(), line.ids.end());
+  for (size_t k = 1; k < line.n; k++)
+    if (line.ids[k - 1].first == line.ids[k].first) return false;
+  if (seen & 2) {
+    if (!numbers(y, line.n, line.doc_y)) return false;
+  } else {
+    line.doc_y.assign(line.n, std::numeric_limits<double>::quiet_NaN());
+  }
+  if (seen & 4) {
+    if (!numbers(m, line.n, line.doc_m)) return false;
+  } else {
+    line.doc_m.assign(line.n, 0.0);
+  }
+  line.arrays = 1 + bool(seen & 2) + bool(seen & 4);
+  return true;
+}
+
+bool round(element value, Line &line) {
+  static constexpr std::string_view names[] = {"probs", "chosen", "stop_prob", "y"};
+  element values[4];
+  unsigned seen;
+  if (!fields(value, names, values, seen)) return false;
+  auto [probs, chosen, stop, y] = values;
+  std::string_view name;
+  double c, score = std::numeric_limits<double>::quiet_NaN();
+  if ((seen & 7) != 7 || !text(chosen, name) || !number(stop, c) || ((seen & 8) && !number(y, score))) return false;
+  auto at = std::lower_bound(line.ids.begin(), line.ids.end(), std::make_pair(name, int64_t(-1)));
+  if (at == line.ids.end() || at->first != name) return false;
+  if (!numbers(probs, line.n, line.probs)) return false;
+  line.chosen.push_back(at->second);
+  line.stop.push_back(c);
+  line.round_y.push_back(score);
+  return true;
+}
+
+bool walk(element doc, Line &line) {
+  static constexpr std::string_view names[] = {"trajectory_id", "task_id", "budget", "pool", "rounds", "ranking"};
+  element values[6];
+  unsigned seen;
+  if (!fields(doc, names, values, seen)) return false;
+  auto [tid, task, budget, pool_value, rounds_value, ranking] = values;
+  if ((seen & 31) != 31 || !text(tid, line.tid) || !text(task, line.task)) return false;
+  if (budget.type() != element_type::INT64 || (line.budget = int64_t(budget)) < 1) return false;
+  if (seen & 32) {
+    std::string_view name;
+    if (ranking.get_string().get(name) || (name != "original" && name != "pro" && name != "anti")) return false;
+  }
+  simdjson::dom::array rounds;
+  if (rounds_value.get_array().get(rounds) || rounds.size() < 1 || int64_t(rounds.size()) > line.budget) return false;
+  if (!pool(pool_value, line)) return false;
+  for (element value : rounds)
+    if (!round(value, line)) return false;
+  line.arrays += 1 + line.chosen.size();  // rounds, and each round's probs
+  return true;
+}
+
+PyObject *doubles(const std::vector<double> &values) {
+  return PyBytes_FromStringAndSize(reinterpret_cast<const char *>(values.data()),
+                                   Py_ssize_t(values.size() * sizeof(double)));
+}
+
+// Append one object (a new reference, stolen) to a list; false with a Python error set on failure.
+bool append(PyObject *list, PyObject *item) {
+  if (item == nullptr) return false;
+  int failed = PyList_Append(list, item);
+  Py_DECREF(item);
+  return failed == 0;
+}
+
+bool gather(PyObject *const *out, const Line &line, Py_ssize_t number, Py_ssize_t start, Py_ssize_t end) {
+  if (!append(out[LINES], PyLong_FromSsize_t(number)) || !append(out[SPANS], Py_BuildValue("(nn)", start, end))
+      || !append(out[IDS], PyUnicode_DecodeUTF8(line.tid.data(), Py_ssize_t(line.tid.size()), "strict"))
+      || !append(out[TASKS], PyUnicode_DecodeUTF8(line.task.data(), Py_ssize_t(line.task.size()), "strict"))
+      || !append(out[BUDGET], PyLong_FromLongLong(line.budget)) || !append(out[N_DOCS], PyLong_FromSize_t(line.n))
+      || !append(out[N_ROUNDS], PyLong_FromSize_t(line.chosen.size())) || !append(out[DOC_Y], doubles(line.doc_y))
+      || !append(out[DOC_M], doubles(line.doc_m)) || !append(out[PROBS], doubles(line.probs)))
+    return false;
+  for (size_t r = 0; r < line.chosen.size(); r++) {
+    PyObject *score = line.round_y[r] == line.round_y[r] ? PyFloat_FromDouble(line.round_y[r]) : Py_NewRef(Py_None);
+    if (!append(out[CHOSEN], PyLong_FromLongLong(line.chosen[r])) || !append(out[STOP], PyFloat_FromDouble(line.stop[r]))
+        || !append(out[ROUND_Y], score))
+      return false;
+  }
+  return true;
+}
+
+thread_local simdjson::dom::parser parser;
+
+// take_lines(text, start, number, counted, out) -> (next start, lines taken, arrays)
+PyObject *take_lines(PyObject *, PyObject *args) {
+  PyObject *bytes, *lists;
+  Py_ssize_t start, number;
+  int counted;
+  if (!PyArg_ParseTuple(args, "SnnpO!", &bytes, &start, &number, &counted, &PyTuple_Type, &lists)) return nullptr;
+  if (PyTuple_GET_SIZE(lists) != N_OUT) {
+    PyErr_SetString(PyExc_ValueError, "out must be a tuple of 13 lists");
+    return nullptr;
+  }
+  PyObject *const *out = &PyTuple_GET_ITEM(lists, 0);
+  for (int k = 0; k < N_OUT; k++)
+    if (!PyList_Check(out[k])) {
+      PyErr_SetString(PyExc_TypeError, "out must hold lists");
+      return nullptr;
+    }
+  const char *data = PyBytes_AS_STRING(bytes);
+  Py_ssize_t size = PyBytes_GET_SIZE(bytes), taken = 0;
+  size_t arrays = 0;
+  Line line;
+  while (start >= 0 && start < size && data[start] == '{') {
+    const char *nl = static_cast<const char *>(std::memchr(data + start, '\n', size_t(size - start)));
+    Py_ssize_t end = nl ? nl - data + 1 : size;
+    size_t length = size_t(end - start);
+    if (std::memchr(data + start, '\\', length)) break;
+    // The parse reads SIMDJSON_PADDING bytes past the line: in place when the range has them, else a copy.
+    bool in_place = size_t(size - end) >= simdjson::SIMDJSON_PADDING;
+    element doc;
+    if (parser.parse(data + start, length, !in_place).get(doc)) break;
+    line.clear();
+    if (!walk(doc, line)) break;
+    if (counted && size_t(std::count(data + start, data + end, '[')) != line.arrays) break;
+    if (!gather(out, line, number + taken, start, end)) return nullptr;
+    arrays += line.arrays;
+    taken++;
+    start = end;
+  }
+  return Py_BuildValue("(nnn)", start, taken, Py_ssize_t(arrays));
+}
+
+PyMethodDef methods[] = {
+    {"take_lines", take_lines, METH_VARARGS,
+     "take_lines(text, start, number, counted, out) -> (start, taken, arrays): gather the lines of text from byte "
+     "start (numbered from number) into the 13 lists of out while they have the canonical shape; stop at the first "
+     "declined line, at the returned start."},
+    {nullptr, nullptr, 0, nullptr}};
+
+PyModuleDef module = {PyModuleDef_HEAD_INIT, "_line_walk", "The compiled walk of draligned.cess.line_chunk.", -1,
+                      methods};
+
+}  // namespace
+
+PyMODINIT_FUNC PyInit__line_walk() { return PyModule_Create(&module); }
