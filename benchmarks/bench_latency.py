@@ -231,6 +231,23 @@ def percentiles(counts: list[int]) -> dict[str, float | None]:
     return {"p50": at(0.5), "p90": at(0.9), "mean": round(sum(ms * n for ms, n in enumerate(counts)) / total, 1)}
 
 
+def start_server(latency_s: float) -> tuple[Any, str, tuple[Any, Any, Any, Any, Any]]:
+    """The loopback server process, started and serving: the process, its base URL and its shared values
+    (replies served, first request time, last reply time, turnaround histogram, bunching)."""
+    context = multiprocessing.get_context("spawn")
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(1024)
+    shared = (context.RawValue("q", -1), context.RawValue("d", 0.0), context.RawValue("d", 0.0),
+              context.RawArray("q", TURNAROUND_BINS), context.RawArray("q", 3))
+    server = context.Process(target=serve, args=(sock, latency_s, *shared), daemon=True)
+    server.start()
+    while shared[0].value < 0:  # until it serves
+        time.sleep(0.05)
+    return server, f"http://127.0.0.1:{sock.getsockname()[1]}/v1", shared
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--latency-ms", type=float, default=100.0)
@@ -238,19 +255,7 @@ def main() -> None:
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--runs-per-slot", type=int, default=4, help="runs per lane (study size = this x C)")
     args = ap.parse_args()
-    context = multiprocessing.get_context("spawn")
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(1024)
-    served, first, last = context.RawValue("q", -1), context.RawValue("d", 0.0), context.RawValue("d", 0.0)
-    turnaround, bunched = context.RawArray("q", TURNAROUND_BINS), context.RawArray("q", 3)
-    server = context.Process(target=serve, args=(sock, args.latency_ms / 1000, served, first, last, turnaround,
-                                                 bunched), daemon=True)
-    server.start()
-    while served.value < 0:  # until it serves
-        time.sleep(0.05)
-    base_url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+    server, base_url, (served, first, last, turnaround, bunched) = start_server(args.latency_ms / 1000)
     print(json.dumps({"machine": f"{os.cpu_count()} cores", "load_avg_1m": os.getloadavg()[0]}))
     try:
         for inflight in args.inflight:

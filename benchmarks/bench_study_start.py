@@ -18,18 +18,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 import os
 import resource
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from bench_latency import _workers, serve, study_file
+from bench_latency import _workers, start_server, study_file
 from bench_memory import study_file as memory_study
 
 from draligned.runner import run_study
@@ -67,16 +65,7 @@ def study_in_process(tmp: Path, repeat: int) -> dict[str, object]:
 
 
 def worker_start(tmp: Path) -> list[dict[str, object]]:
-    context = multiprocessing.get_context("spawn")
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(64)
-    served, first, last = context.RawValue("q", -1), context.RawValue("d", 0.0), context.RawValue("d", 0.0)
-    server = context.Process(target=serve, args=(sock, 0.0, served, first, last), daemon=True)
-    server.start()
-    while served.value < 0:
-        time.sleep(0.05)
-    base_url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+    server, base_url, _ = start_server(0.0)
     lines = []
     try:
         for n, which in enumerate(["first study of the process", "second study, same process"]):
