@@ -163,7 +163,7 @@ def _merge_staged(archive: Archive) -> None:
 
 
 def run_study_ray(study: Study, address: str, progress: ProgressCallback | None = None,
-                  verify: bool = True, max_retries: int | None = None) -> StudyResult:
+                  verify: bool = True) -> StudyResult:
     """Run every unfinished slot of ``study`` as a Ray task on the cluster at ``address`` (``local``: start one
     on this machine) and merge the shards into the study's archive. Raises StudyError or ArchiveError."""
     _ray()
@@ -174,10 +174,10 @@ def run_study_ray(study: Study, address: str, progress: ProgressCallback | None 
     archive.runs_dir.mkdir(parents=True, exist_ok=True)
     with lock_whole(archive, "a Ray study run"):
         _merge_staged(archive)  # what a killed driver had received: finished runs count
-    return asyncio.run(run_study(study, progress, verify, in_ray(address, max_retries)))
+    return asyncio.run(run_study(study, progress, verify, in_ray(address)))
 
 
-def in_ray(address: str, max_retries: int | None = None) -> Execute:
+def in_ray(address: str) -> Execute:
     """An ``Execute`` for draligned.runner.run_study that runs each slot ``Dispatch`` hands out as a Ray task on
     the cluster at ``address`` (started and stopped here unless Ray is already initialised) and merges the
     returned shards into the archive."""
@@ -190,7 +190,7 @@ def in_ray(address: str, max_retries: int | None = None) -> Execute:
                                       if address == "local" else {"address": address})
             ray.init(**kwargs, log_to_driver=False)
         try:
-            await _run_tasks(ray, study, dispatch, MAX_RETRIES if max_retries is None else max_retries)
+            await _run_tasks(ray, study, dispatch)
         finally:
             if started:
                 ray.shutdown()
@@ -236,11 +236,11 @@ async def _follow(stream: Any, one: _Try, dispatch: Dispatch, then: Callable[[],
             return
 
 
-async def _run_tasks(ray: Any, study: Study, dispatch: Dispatch, max_retries: int) -> None:
+async def _run_tasks(ray: Any, study: Study, dispatch: Dispatch) -> None:
     """Keep up to the study's ``concurrency`` runs going as Ray tasks, each with the next slot ``dispatch`` lets start
     (it applies the cost cap and the connection-failure stop); stage what each sends and tell ``dispatch``.
     A try whose worker or node died is tried again, as the next attempt when its started marker had
-    arrived, up to ``max_retries`` times; one that raised is not (it would raise again). The driver does
+    arrived, up to ``MAX_RETRIES`` times; one that raised is not (it would raise again). The driver does
     not see a running task's cost: the cap counts ended runs."""
     limits, limit = _limits_actor(ray), _limit(study)
     task = ray.remote(num_cpus=1, max_retries=0)(run_slot)
@@ -273,7 +273,7 @@ async def _run_tasks(ray: Any, study: Study, dispatch: Dispatch, max_retries: in
             cause = getattr(exc, "cause", None) or exc
             why = str(cause).strip().splitlines()[-1] if str(cause).strip() else type(cause).__name__
             failed = f"its Ray task failed {one.tries} time(s), the last ({type(cause).__name__}): {why}"
-            if not isinstance(exc, ray.exceptions.RayTaskError) and one.tries <= max_retries:
+            if not isinstance(exc, ray.exceptions.RayTaskError) and one.tries <= MAX_RETRIES:
                 refused = dispatch.refusal(one.slot)  # a retry is a new start: the cap and the stop hold for it
                 if refused is None:
                     submit(one.slot, one.attempt + one.started, one.tries + 1)

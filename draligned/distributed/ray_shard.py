@@ -36,9 +36,9 @@ class StreamingShard(Archive):
 
     def write_started(self, record: RunRecord) -> bytes:
         data = super().write_started(record)
-        files = {rel: (self.root / rel).read_bytes() for rel in archive_files(self)}  # the provenance
-        files |= {f"blobs/{sha[:2]}/{sha}": self.get_blob(sha)
-                  for sha in (record.system_prompt_blob, record.user_message_blob, record.tools_blob)}
+        files = self.unsent()  # the provenance (nothing is sent yet); its blobs may still wait for their commit:
+        files |= {self.blob_path(sha).relative_to(self.root).as_posix(): self.get_blob(sha)
+                  for sha, _ in record.blob_refs()}
         files[f"runs/{record.run_id}.started.json"] = data
         if self._commit is None:
             self._send_started(files)
