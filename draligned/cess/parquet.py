@@ -22,8 +22,9 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import duckdb
 import numpy as np
@@ -193,6 +194,9 @@ def _unreadable(file: pq.ParquetFile, group: int, names: list[str], exc: Excepti
     return TrajectoryError(first, "<file>", f"not readable ({exc})", where)
 
 
+T = TypeVar("T")
+
+
 def checked_group(path: Path, group: int, flat: bool) -> list[Checked]:
     """One row group decoded by pyarrow and checked batch by batch (:func:`check_batch`)."""
     names, check = (FLAT_SCHEMA.names, check_flat_batch) if flat else (list(COLUMNS), check_batch)
@@ -205,18 +209,38 @@ def checked_group(path: Path, group: int, flat: bool) -> list[Checked]:
         raise _unreadable(file, group, names, exc) from exc
 
 
-def _checked_groups(path: Path, workers: int, flat: bool) -> Iterator[Checked]:
-    """Every batch of the file checked, in file order; row groups are decoded and checked in ``workers``
-    threads (pyarrow and numpy release the GIL), at most 2 × ``workers`` groups in memory."""
-    groups = pq.ParquetFile(path).metadata.num_row_groups
+def in_groups(groups: int, workers: int, task: Callable[[int], list[T]]) -> Iterator[T]:
+    """What ``task`` makes of each row group, in file order; the groups run in ``workers`` threads
+    (pyarrow and numpy release the GIL), at most 2 × ``workers`` of them in memory."""
     with ThreadPoolExecutor(workers) as pool:
-        pending: deque[Future[list[Checked]]] = deque()
+        pending: deque[Future[list[T]]] = deque()
         for group in range(groups):
-            pending.append(pool.submit(checked_group, path, group, flat))
+            pending.append(pool.submit(task, group))
             if len(pending) >= 2 * workers:
                 yield from pending.popleft().result()
         while pending:
             yield from pending.popleft().result()
+
+
+class RowChecks:
+    """The checked batches' suspect rows and ids, in row order (rows from 1), for the full validator once
+    the whole file is read: the same errors, in the same order, whoever reads the batches."""
+
+    def __init__(self) -> None:
+        self.suspects: list[np.ndarray] = []
+        self.ids: list[str] = []
+        self.rows = 0
+
+    def add(self, bad: np.ndarray, ids: list[str]) -> None:
+        self.suspects.append(np.nonzero(bad)[0] + self.rows + 1)
+        self.ids += ids
+        self.rows += len(bad)
+
+    def finish(self, read: Callable[[int], dict[str, Any]]) -> None:
+        """Raise the file's first error (no rows; a suspect row the validator refuses; a repeated id)."""
+        if not self.ids:
+            raise TrajectoryError(0, "<file>", "no trajectories (the file has no rows)", where="rows")
+        first_error(read, np.concatenate(self.suspects), self.ids, np.arange(1, self.rows + 1))
 
 
 def metadata_counts(meta: pq.FileMetaData, flat: bool) -> tuple[int, int, int]:
@@ -274,13 +298,11 @@ def load_parquet(path: str | Path, workers: int | None = None) -> TrajectoryColu
     """
     path = Path(path)
     meta, flat, read = open_checked(path)
-    sink, suspects, first_row = ColumnSink(*metadata_counts(meta, flat)), [], 1
-    for bad, arrays, ids, tasks in _checked_groups(path, workers or os.cpu_count() or 1, flat):
-        suspects.append(np.nonzero(bad)[0] + first_row)
+    sink, checks = ColumnSink(*metadata_counts(meta, flat)), RowChecks()
+    for bad, arrays, ids, tasks in in_groups(meta.num_row_groups, workers or os.cpu_count() or 1,
+                                             partial(checked_group, path, flat=flat)):
+        checks.add(bad, ids)
         with counted():
             sink.extend(ids, tasks, **arrays)
-        first_row += len(bad)
-    if not sink.ids:
-        raise TrajectoryError(0, "<file>", "no trajectories (the file has no rows)", where="rows")
-    first_error(read, np.concatenate(suspects), sink.ids, np.arange(1, first_row))
+    checks.finish(read)
     return sink.build()

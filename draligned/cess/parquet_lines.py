@@ -16,20 +16,17 @@ from __future__ import annotations
 
 import os
 import threading
-from collections import deque
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
 import duckdb
-import numpy as np
 
 from draligned.cess.column_estimators import estimate_columns
 from draligned.cess.columns import ColumnBuilder, ColumnCount
 from draligned.cess.json_lines import json_lines
-from draligned.cess.parquet import checked_group, counted, first_error, metadata_counts, open_checked
+from draligned.cess.parquet import RowChecks, checked_group, counted, in_groups, metadata_counts, open_checked
 from draligned.cess.parquet_batch import Checked
-from draligned.cess.trajectory import TrajectoryError
 
 Lines = list[bytes | memoryview]
 """The JSON lines of a run of rows, in pieces."""
@@ -63,19 +60,6 @@ def _group(path: Path, group: int, flat: bool, lam: float,
             for part in checked_group(path, group, flat)]
 
 
-def _groups(path: Path, groups: int, flat: bool, lam: float, workers: int) -> Iterator[tuple[Checked, Lines | None]]:
-    """Every batch of the file with its lines, in file order, at most 2 × ``workers`` groups in flight."""
-    connection = _ThreadConnection()
-    with ThreadPoolExecutor(workers) as pool:
-        pending: deque[Future[list[tuple[Checked, Lines | None]]]] = deque()
-        for group in range(groups):
-            pending.append(pool.submit(_group, path, group, flat, lam, connection))
-            if len(pending) >= 2 * workers:
-                yield from pending.popleft().result()
-        while pending:
-            yield from pending.popleft().result()
-
-
 def parquet_lines(path: str | Path, lam: float, workers: int | None = None) -> Iterator[bytes | memoryview]:
     """The ``cess estimate --json`` lines of a Parquet trajectory file (either layout), in pieces of bytes.
 
@@ -87,19 +71,14 @@ def parquet_lines(path: str | Path, lam: float, workers: int | None = None) -> I
     path = Path(path)
     meta, flat, read = open_checked(path)
     done: list[Checked | Lines] = []  # a batch's lines, or the checked batch itself until the validator decides
-    ids: list[str] = []
-    suspects, first_row, count = [], 1, ColumnCount(*metadata_counts(meta, flat))
-    for part, lines in _groups(path, meta.num_row_groups, flat, lam, workers or os.cpu_count() or 1):
-        bad = part[0]
-        suspects.append(np.nonzero(bad)[0] + first_row)
+    checks, count, connection = RowChecks(), ColumnCount(*metadata_counts(meta, flat)), _ThreadConnection()
+    group = partial(_group, path, flat=flat, lam=lam, connection=connection)
+    for part, lines in in_groups(meta.num_row_groups, workers or os.cpu_count() or 1, group):
+        checks.add(part[0], part[2])
         with counted():  # refused as load_parquet refuses it
             count.take(part[1])
-        ids += part[2]
-        first_row += len(bad)
         done.append(part if lines is None else lines)
-    if not ids:
-        raise TrajectoryError(0, "<file>", "no trajectories (the file has no rows)", where="rows")
-    first_error(read, np.concatenate(suspects), ids, np.arange(1, first_row))
+    checks.finish(read)
     return _emit(done, lam)
 
 
