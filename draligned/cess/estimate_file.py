@@ -19,10 +19,9 @@ def load_file(path: Path, fmt: Format) -> TrajectoryColumns:
     """Every trajectory of the file as columns; raises TrajectoryError (naming line or row and field),
     OSError or duckdb.Error."""
     if fmt == "parquet":
-        from draligned.cess.heap import keep_freed_memory
         from draligned.cess.parquet import load_parquet
-        keep_freed_memory()  # this process only loads and estimates: reuse the reader's freed temporaries
-        return load_parquet(path)  # (not for JSON Lines: its peak was measured without, just under 2 GB)
+        _reading_parquet()
+        return load_parquet(path)
     from draligned.cess.fastload import load_columns
     return load_columns(path)
 
@@ -32,11 +31,18 @@ def estimate_lines(path: Path, fmt: Format, lam: float) -> Iterator[bytes | memo
     the call (it raises as :func:`load_file` does); a Parquet file goes through one pipeline over its row
     groups on every core (:mod:`draligned.cess.parquet_lines`), which keeps only the lines."""
     if fmt == "parquet":
-        from draligned.cess.heap import keep_freed_memory
         from draligned.cess.parquet_lines import parquet_lines
-        keep_freed_memory()
+        _reading_parquet()
         return parquet_lines(path, lam)
     from draligned.cess.column_estimators import estimate_columns
     from draligned.cess.json_lines import json_lines
     columns = load_file(path, fmt)
     return json_lines(columns, estimate_columns(columns, lam))
+
+
+def _reading_parquet() -> None:
+    """This process only reads Parquet and estimates: it reuses the reader's freed temporaries. (A JSON
+    Lines load sets this in its worker processes only, fastload._Workers: its parent's peak was measured
+    without, just under 2 GB.)"""
+    from draligned.cess.heap import keep_freed_memory
+    keep_freed_memory()

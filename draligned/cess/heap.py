@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import importlib
 
-import numpy as np
+from numpy._core import multiarray
 
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
 """glibc ``mallopt`` parameters (malloc.h)."""
@@ -26,8 +25,7 @@ TRIM_THRESHOLD = 1 << 31
 
 def keep_freed_memory() -> None:
     """Set the process's allocator to reuse freed memory (a no-op where glibc is not the C library)."""
-    multiarray = importlib.import_module("numpy._core.multiarray" if hasattr(np, "_core") else "numpy.core.multiarray")
-    multiarray._set_madvise_hugepage(False)  # numpy's own switch (numpy 1.26 keeps it under numpy.core)
+    multiarray._set_madvise_hugepage(False)  # type: ignore[attr-defined]  # numpy's own (private) switch
     name = ctypes.util.find_library("c")
     try:
         mallopt = ctypes.CDLL(name).mallopt if name else None
