@@ -24,25 +24,12 @@ import argparse
 import asyncio
 import inspect
 import json
-import os
-import resource
 import time
 from pathlib import Path
 from typing import Any
 
 import openai
-
-
-def cpu_s() -> float:
-    """This process's CPU seconds (user + system), all its threads."""
-    own = resource.getrusage(resource.RUSAGE_SELF)
-    return own.ru_utime + own.ru_stime
-
-
-def server_cpu_s(pid: int) -> float:
-    """The loopback server's CPU seconds (user + system) from /proc (clock ticks)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+from cpu_all import live_cpu_s
 
 
 def create_kwargs(body: dict[str, Any], params: set[str]) -> dict[str, Any]:
@@ -74,11 +61,11 @@ async def run(port: int, bodies: list[dict[str, Any]], concurrency: int, server_
     out: dict[str, Any] = {}
     for name, one in (("create", create), ("post", post)):
         await asyncio.gather(*[one(b) for b in bodies[:50]])  # the connections opened, the code paths warm
-        own, server, t0 = cpu_s(), server_cpu_s(server_pid) if server_pid else 0.0, time.perf_counter()
+        own, server, t0 = time.process_time(), live_cpu_s(server_pid) if server_pid else 0.0, time.perf_counter()
         await asyncio.gather(*[one(b) for b in bodies])
         wall = time.perf_counter() - t0
-        sdk_ms = 1000 * (cpu_s() - own) / len(bodies)
-        server_ms = 1000 * (server_cpu_s(server_pid) - server) / len(bodies) if server_pid else None
+        sdk_ms = 1000 * (time.process_time() - own) / len(bodies)
+        server_ms = 1000 * (live_cpu_s(server_pid) - server) / len(bodies) if server_pid else None
         out[name] = {"cpu_ms_per_call": round(sdk_ms, 3), "wall_ms_per_call": round(1000 * wall / len(bodies), 3),
                      "server_cpu_ms_per_call": None if server_ms is None else round(server_ms, 3),
                      "ceiling_calls_per_s_2_cores": round(2000 / (sdk_ms + (server_ms or 0.0)), 1)}

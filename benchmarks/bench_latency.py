@@ -35,6 +35,8 @@ import time
 from pathlib import Path
 from typing import Any, cast
 
+from cpu_all import live_cpu_s, proc_stat
+
 from draligned.runner import run_study
 from draligned.study import load_study
 from draligned.workers import in_workers, run_loop
@@ -146,22 +148,12 @@ def _cpu(server_pid: int) -> dict[str, float]:
     of the worker processes (their start included: the fork server's children and the fork server itself, whose
     imports are the workers' start, and multiprocessing's resource tracker) and of the loopback server."""
     own = resource.getrusage(resource.RUSAGE_SELF)
-    return {"parent": own.ru_utime + own.ru_stime, "workers": _workers(server_pid), "server": _ticks(server_pid)}
-
-
-def _stat(pid: int) -> list[str]:
-    return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-
-
-def _ticks(pid: int) -> float:
-    """CPU seconds (user + system) of a live process."""
-    fields = _stat(pid)
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return {"parent": own.ru_utime + own.ru_stime, "workers": _workers(server_pid), "server": live_cpu_s(server_pid)}
 
 
 def _tree(pid: int) -> float:
     """CPU seconds of a live process, of the children it waited for and of its live descendants."""
-    fields = _stat(pid)
+    fields = proc_stat(pid)
     done = sum(int(t) for t in fields[11:15]) / os.sysconf("SC_CLK_TCK")  # utime, stime, cutime, cstime
     return done + sum(_tree(child) for child in _children(pid))
 
@@ -199,11 +191,8 @@ class Steady(threading.Thread):
 
     def run(self) -> None:
         while not self.stop.wait(0.05):
-            own = resource.getrusage(resource.RUSAGE_SELF)
             with contextlib.suppress(OSError, ValueError):  # a worker that just ended
-                self.samples.append((self.served.value, time.perf_counter(), {
-                    "parent": own.ru_utime + own.ru_stime, "workers": _workers(self.server_pid),
-                    "server": _ticks(self.server_pid)}))
+                self.samples.append((self.served.value, time.perf_counter(), _cpu(self.server_pid)))
 
     def figures(self, before: int, calls: int) -> dict[str, Any]:
         """Replies per second and CPU ms per reply between the samples at 5% and 95% of the study's replies."""

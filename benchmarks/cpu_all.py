@@ -16,8 +16,20 @@ import resource
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 PR_SET_CHILD_SUBREAPER = 36
+
+
+def proc_stat(pid: int) -> list[str]:
+    """The fields of /proc/PID/stat after the command name (which may hold spaces): field 14 of stat(5) is [11]."""
+    return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+
+
+def live_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) of a live process, from its clock ticks."""
+    fields = proc_stat(pid)
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def main() -> None:
