@@ -329,9 +329,13 @@ class Dispatch:
             why = self.refusal(slot)
             if why is None:
                 return slot, self._attempts.get(slot.slot_id, 0) + 1
-            self.result.not_started[slot.slot_id] = why
-            self.tell()
+            self.set_aside(slot.slot_id, why)
         return None
+
+    def set_aside(self, slot_id: str, why: str) -> None:
+        """Count a slot as not started in this study run, with why (a rerun tries it again)."""
+        self.result.not_started[slot_id] = why
+        self.tell()
 
     def refusal(self, slot: Slot) -> str | None:
         """Why a run of ``slot`` may not start now (the study's cost cap is spent, or its model was stopped as
@@ -361,6 +365,11 @@ class Dispatch:
     def retrying(self, slot_id: str, delta: int) -> None:
         self._retrying[slot_id] += delta
         self.tell()
+
+    def forget_retrying(self, slot_id: str) -> None:
+        """A slot's run ended without saying so (its Ray task died): none of its calls is retrying now."""
+        if self._retrying.pop(slot_id, 0):
+            self.tell()
 
     def tell(self, outcome: RunOutcome | None = None) -> None:
         if self.progress is None:

@@ -209,8 +209,6 @@ class _Try:
     lease: str
     started: bool = False
     """Its started marker reached the driver (it is archived, so the next try is the next attempt)."""
-    retrying: int = 0
-    """Its model calls waiting to retry, as it last said."""
     ended: bool = False
     """Its run ended (told ``Dispatch``): its place may go to the next slot before its task is reaped."""
 
@@ -223,7 +221,6 @@ async def _follow(stream: Any, one: _Try, dispatch: Dispatch, then: Callable[[],
     async for ref in stream:
         kind, data, more = await ref
         if kind == "retrying":
-            one.retrying += more
             dispatch.retrying(data, more)
             continue
         for rel, body in data.items():
@@ -266,8 +263,7 @@ async def _run_tasks(ray: Any, study: Study, dispatch: Dispatch) -> None:
             exc = fut.exception()
             if exc is None:
                 continue
-            if one.retrying:  # its retrying calls ended with it
-                dispatch.retrying(one.slot.slot_id, -one.retrying)
+            dispatch.forget_retrying(one.slot.slot_id)  # its retrying calls ended with it
             if not isinstance(exc, ray.exceptions.RayError):
                 raise exc  # the driver's own failure (a refused staging write), not the task's
             cause = getattr(exc, "cause", None) or exc
@@ -279,6 +275,5 @@ async def _run_tasks(ray: Any, study: Study, dispatch: Dispatch) -> None:
                     submit(one.slot, one.attempt + one.started, one.tries + 1)
                     continue
                 failed += f"; not tried again: {refused}"
-            dispatch.result.not_started[one.slot.slot_id] = failed
-            dispatch.tell()
+            dispatch.set_aside(one.slot.slot_id, failed)
         fill()  # after a try that failed (a run that ended took its next slot in _follow)
