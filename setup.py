@@ -1,8 +1,10 @@
-"""The optional compiled walk of ``draligned.cess.line_chunk`` (``draligned/cess/_line_walk.cpp``).
+"""The optional compiled parts: the walk of ``draligned.cess.line_chunk`` (``draligned/cess/_line_walk.cpp``) and
+the writer of ``draligned.cess.json_lines`` (``draligned/cess/_json_text.cpp``, the standard library alone).
 
-It includes the simdjson sources that pysimdjson ships in its package directory (pysimdjson is in
+The walk includes the simdjson sources that pysimdjson ships in its package directory (pysimdjson is in
 [build-system] requires, so an isolated build has them). ``optional=True``: without a compiler, or without
-pysimdjson in the build environment, the package installs without it and loads JSON Lines in Python as before.
+pysimdjson in the build environment, the package installs without it and loads JSON Lines in Python as before
+(and without the writer, DuckDB writes the lines).
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ def _simdjson_dir() -> str | None:
 
 
 _where = _simdjson_dir()
-setup(ext_modules=[] if _where is None else [
+_writer = Extension("draligned.cess._json_text", ["draligned/cess/_json_text.cpp"], language="c++",
+                    extra_compile_args=["-std=c++17", "-O2"], optional=True)
+setup(ext_modules=[_writer] if _where is None else [
     Extension("draligned.cess._line_walk", ["draligned/cess/_line_walk.cpp"], include_dirs=[_where],
-              language="c++", extra_compile_args=["-std=c++17", "-O2"], optional=True)])
+              language="c++", extra_compile_args=["-std=c++17", "-O2"], optional=True), _writer])
