@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 
 from draligned.cess.column_estimators import POINT_ESTIMATES, estimate_rows
 from draligned.cess.columns import TrajectoryColumns
-from draligned.cess.estimators import Estimates
+from draligned.cess.estimates import Estimates
 
 if TYPE_CHECKING:
     import duckdb

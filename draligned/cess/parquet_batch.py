@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from draligned.cess.columns import first_positive_round
-from draligned.cess.trajectory import PROB_SUM_MARGIN, PROB_SUM_TOLERANCE, Y_TOLERANCE
+from draligned.cess.trajectory_rules import PROB_SUM_MARGIN, PROB_SUM_TOLERANCE, Y_TOLERANCE
 
 _RANKINGS = pa.array(["original", "pro", "anti"])
 Checked = tuple[np.ndarray, dict[str, np.ndarray], list[str], list[str]]
