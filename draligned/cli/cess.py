@@ -13,8 +13,9 @@ from draligned.cli import add_command
 if TYPE_CHECKING:  # each subcommand imports what it runs (`cess estimate` none of the benches)
     from draligned.cess.bench import BenchReport, BenchSettings
     from draligned.cess.experiments import SimulationReport
+    from draligned.cess.searches import StopRule
 
-STOP_RULES = ("one_sided", "both_sides")
+STOP_RULES: tuple[StopRule, ...] = ("one_sided", "both_sides")
 """:data:`draligned.cess.searches.STOP_RULES`, for the options (tests/cess/test_cli.py keeps them equal):
 importing the searches module takes pydantic and the trajectory models, a third of `cess estimate`'s start-up."""
 
