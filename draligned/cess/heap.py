@@ -32,8 +32,8 @@ MIMALLOC_KEEP = {"MIMALLOC_PURGE_DELAY": "-1"}
 def keep_freed_memory() -> None:
     """Set the process's allocator to reuse freed memory (a no-op where glibc is not the C library), and
     pyarrow's if it is not loaded yet (call this before importing it)."""
-    for name, value in MIMALLOC_KEEP.items():
-        os.environ.setdefault(name, value)
+    for option, value in MIMALLOC_KEEP.items():
+        os.environ.setdefault(option, value)
     multiarray._set_madvise_hugepage(False)  # type: ignore[attr-defined]  # numpy's own (private) switch
     name = ctypes.util.find_library("c")
     try:
