@@ -2,7 +2,7 @@
 :func:`~draligned.cess.column_estimators.estimate_rows`.
 
 10^6 rows as Python dicts cost about 3 CPU s (Python floats, dicts, one ``orjson.dumps`` each). When the
-optional extension is built, :func:`json_lines` writes them with it (``_json_text.cpp``: orjson's forms
+optional extension is built, :func:`json_lines` writes them with it (``_kernels.cpp``: orjson's forms
 in C++, without the GIL; about 0.2 µs per row). Without it, DuckDB's ``to_json`` writes the same rows
 from Arrow columns in C++ (about 1.5 µs per row), and its text is orjson's (key order, shortest
 round-trip floats, ``null``, string escapes) except for what is listed in :func:`_rows_it_writes_apart`:
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     import duckdb
 
 try:
-    from draligned.cess import _json_text as compiled_writer
+    from draligned.cess import _kernels as compiled_writer
 except ImportError:  # installed without a C++ compiler (the extension is optional): DuckDB writes the lines
     compiled_writer = None  # type: ignore[assignment]
 

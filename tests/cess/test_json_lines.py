@@ -27,7 +27,7 @@ def _written(cols: TrajectoryColumns, est: Estimates) -> bytes:
 
 
 WRITERS = ["duckdb", pytest.param("compiled", marks=pytest.mark.skipif(
-    jl.compiled_writer is None, reason="the optional extension draligned.cess._json_text is not built"))]
+    jl.compiled_writer is None, reason="the optional extension draligned.cess._kernels is not built"))]
 
 
 @pytest.fixture(params=WRITERS)

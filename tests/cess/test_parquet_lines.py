@@ -57,7 +57,7 @@ def test_the_pipeline_writes_the_lines_of_the_whole_file_path_for_either_layout(
     assert b"".join(parquet_lines(flat, 0.9, workers)) != whole  # lambda is passed on
 
 
-@pytest.mark.skipif(jl.compiled_writer is None, reason="the optional extension draligned.cess._json_text is not built")
+@pytest.mark.skipif(jl.compiled_writer is None, reason="the optional extension draligned.cess._kernels is not built")
 def test_the_pipeline_writes_the_same_bytes_through_duckdb_as_without_the_extension(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _, flat, _ = _files(tmp_path, _records(40, 6))

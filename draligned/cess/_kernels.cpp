@@ -1,4 +1,6 @@
-// The compiled writer of draligned.cess.json_lines: the `cess estimate --json` lines of a run of estimates,
+// Compiled kernels of the columns path, each with a numpy or DuckDB twin that gives the same result without it:
+//
+// write_lines, the writer of draligned.cess.json_lines: the `cess estimate --json` lines of a run of estimates,
 // byte for byte what orjson.dumps writes for each row dict of column_estimators.estimate_rows (and pydantic's
 // model_dump_json for a TrajectoryEstimate), so the DuckDB path and this one are interchangeable.
 //
@@ -8,6 +10,9 @@
 // strings with '"', '\\' and the controls below 0x20 escaped (\b \t \n \f \r, else \u00xx in lower case),
 // everything else as its UTF-8 bytes.
 // The strings are read with the GIL held (their UTF-8 stays owned by the lists); the text is written without it.
+//
+// round_min_sum, for draligned.cess.parquet_batch: each round's smallest probability and their sum, in one pass
+// over the probabilities without the GIL (numpy's two reduceat passes were a third of the Parquet checks).
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -189,16 +194,68 @@ PyObject *write_lines(PyObject *, PyObject *args) {
   return result;
 }
 
+// round_min_sum(values, offsets, low, total): for each segment offsets[r]:offsets[r + 1] of values, its
+// minimum (NaN if any value is NaN, or the segment is empty) and its sum (NaN for an empty one), into low, total.
+PyObject *round_min_sum(PyObject *, PyObject *args) {
+  PyObject *values_obj, *offsets_obj, *low_obj, *total_obj;
+  if (!PyArg_ParseTuple(args, "OOOO", &values_obj, &offsets_obj, &low_obj, &total_obj)) return nullptr;
+  Py_buffer values{}, offsets{}, low{}, total{};
+  bool ok = PyObject_GetBuffer(values_obj, &values, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) == 0;
+  ok = ok && PyObject_GetBuffer(offsets_obj, &offsets, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) == 0;
+  ok = ok && PyObject_GetBuffer(low_obj, &low, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) == 0;
+  ok = ok && PyObject_GetBuffer(total_obj, &total, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) == 0;
+  Py_ssize_t rounds = offsets.len / 8 - 1, n_values = values.len / 8;
+  if (ok && (values.itemsize != 8 || offsets.itemsize != 8 || low.itemsize != 8 || total.itemsize != 8 ||
+             rounds < 0 || low.len != rounds * 8 || total.len != rounds * 8)) {
+    PyErr_SetString(PyExc_ValueError, "round_min_sum: float64 values, int64 offsets (R + 1), float64 low and total (R)");
+    ok = false;
+  }
+  const int64_t *off = static_cast<const int64_t *>(offsets.buf);
+  for (Py_ssize_t r = 0; ok && r < rounds; r++)
+    if (off[r] < 0 || off[r] > off[r + 1] || off[r + 1] > n_values) {
+      PyErr_SetString(PyExc_ValueError, "round_min_sum: offsets outside the values");
+      ok = false;
+    }
+  if (ok) {
+    const double *v = static_cast<const double *>(values.buf);
+    double *lo = static_cast<double *>(low.buf), *sum = static_cast<double *>(total.buf);
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t r = 0; r < rounds; r++) {
+      double smallest = NAN, s = NAN;
+      if (off[r] < off[r + 1]) {
+        smallest = s = v[off[r]];
+        bool nan = std::isnan(smallest);
+        for (int64_t i = off[r] + 1; i < off[r + 1]; i++) {
+          double x = v[i];
+          nan |= std::isnan(x);
+          smallest = x < smallest ? x : smallest;
+          s += x;
+        }
+        if (nan) smallest = NAN;
+      }
+      lo[r] = smallest, sum[r] = s;
+    }
+    Py_END_ALLOW_THREADS
+  }
+  for (Py_buffer *view : {&values, &offsets, &low, &total})
+    if (view->obj != nullptr) PyBuffer_Release(view);
+  if (!ok) return nullptr;
+  Py_RETURN_NONE;
+}
+
 PyMethodDef methods[] = {
     {"write_lines", write_lines, METH_VARARGS,
      "write_lines(ids, tasks, rounds, numbers, hidden, lower, upper) -> bytes: the JSON lines of n estimates "
      "(ids, tasks: lists of str; rounds: int64; numbers: a tuple of the 10 float64 arrays of json_lines.NUMBERS; "
      "hidden: bool, the support interval applies; lower, upper: float64)."},
+    {"round_min_sum", round_min_sum, METH_VARARGS,
+     "round_min_sum(values, offsets, low, total) -> None: each segment's minimum (NaN if it holds a NaN or is "
+     "empty) and sum (NaN if empty) of float64 values at int64 offsets, into the float64 arrays low and total."},
     {nullptr, nullptr, 0, nullptr}};
 
-PyModuleDef module = {PyModuleDef_HEAD_INIT, "_json_text", "The compiled writer of draligned.cess.json_lines.", -1,
-                      methods};
+PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kernels", "Compiled kernels of the columns path (json_lines, parquet_batch).",
+                      -1, methods};
 
 }  // namespace
 
-PyMODINIT_FUNC PyInit__json_text() { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__kernels() { return PyModule_Create(&module); }
