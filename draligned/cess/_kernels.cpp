@@ -17,6 +17,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
@@ -28,7 +29,7 @@ namespace {
 
 constexpr int N_NUMBERS = 10;  // opened_mean .. theta_star, as json_lines.NUMBERS
 constexpr int N_POINTS_FROM = 2, N_POINTS_TO = 7;  // ipw_raw .. cess_opened_anchor: null where hidden
-const char *const KEYS[N_NUMBERS] = {
+constexpr std::string_view KEYS[N_NUMBERS] = {
     ",\"opened_mean\":", ",\"outcome_regression\":", ",\"ipw_raw\":", ",\"dr_raw\":", ",\"cess\":",
     ",\"cess_clip_then_shrink\":", ",\"cess_opened_anchor\":", ",\"ess\":", ",\"max_weight\":",
     ",\"theta_star\":"};
@@ -194,8 +195,32 @@ PyObject *write_lines(PyObject *, PyObject *args) {
   return result;
 }
 
+// numpy's pairwise summation (loops_utils.h: DOUBLE_pairwise_sum), in its order, so that a round's sum is
+// bit for bit np.add.reduceat's: the first value, plus this sum of the rest.
+double pairwise_sum(const double *a, int64_t n) {
+  if (n < 8) {
+    double res = -0.0;
+    for (int64_t i = 0; i < n; i++) res += a[i];
+    return res;
+  }
+  if (n <= 128) {
+    double r[8];
+    for (int j = 0; j < 8; j++) r[j] = a[j];
+    int64_t i = 8;
+    for (; i < n - (n % 8); i += 8)
+      for (int j = 0; j < 8; j++) r[j] += a[i + j];
+    double res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
+    for (; i < n; i++) res += a[i];
+    return res;
+  }
+  int64_t half = n / 2;
+  half -= half % 8;
+  return pairwise_sum(a, half) + pairwise_sum(a + half, n - half);
+}
+
 // round_min_sum(values, offsets, low, total): for each segment offsets[r]:offsets[r + 1] of values, its
-// minimum (NaN if any value is NaN, or the segment is empty) and its sum (NaN for an empty one), into low, total.
+// minimum (NaN if any value is NaN, or the segment is empty) and its sum as np.add.reduceat sums it (NaN for an
+// empty one), into low, total. Eight running minima and numpy's eight partial sums: no chain of dependent adds.
 PyObject *round_min_sum(PyObject *, PyObject *args) {
   PyObject *values_obj, *offsets_obj, *low_obj, *total_obj;
   if (!PyArg_ParseTuple(args, "OOOO", &values_obj, &offsets_obj, &low_obj, &total_obj)) return nullptr;
@@ -223,15 +248,22 @@ PyObject *round_min_sum(PyObject *, PyObject *args) {
     for (Py_ssize_t r = 0; r < rounds; r++) {
       double smallest = NAN, s = NAN;
       if (off[r] < off[r + 1]) {
-        smallest = s = v[off[r]];
-        bool nan = std::isnan(smallest);
-        for (int64_t i = off[r] + 1; i < off[r + 1]; i++) {
-          double x = v[i];
-          nan |= std::isnan(x);
-          smallest = x < smallest ? x : smallest;
-          s += x;
+        const double *first = v + off[r];
+        int64_t n = off[r + 1] - off[r];
+        double m[8];
+        bool nan = false;
+        for (int j = 0; j < 8; j++) m[j] = first[0];
+        for (int64_t i = 0; i + 8 <= n; i += 8)
+          for (int j = 0; j < 8; j++) {
+            nan |= first[i + j] != first[i + j];
+            m[j] = first[i + j] < m[j] ? first[i + j] : m[j];
+          }
+        for (int64_t i = n - n % 8; i < n; i++) {
+          nan |= first[i] != first[i];
+          m[0] = first[i] < m[0] ? first[i] : m[0];
         }
-        if (nan) smallest = NAN;
+        smallest = nan ? NAN : std::min({m[0], m[1], m[2], m[3], m[4], m[5], m[6], m[7]});
+        s = first[0] + pairwise_sum(first + 1, n - 1);
       }
       lo[r] = smallest, sum[r] = s;
     }
