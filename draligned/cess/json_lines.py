@@ -38,8 +38,10 @@ except ImportError:  # installed without a C++ compiler (the extension is option
 NUMBERS = ("opened_mean", "outcome_regression", *POINT_ESTIMATES, "ess", "max_weight", "theta_star")
 """The float fields between ``rounds`` and ``support_interval``, in the row's order."""
 SLICE = 1 << 18
-"""Rows per piece of text (a DuckDB query, or a call of the compiled writer): about 100 MB, written out
-before the next is made."""
+"""Rows per DuckDB query: its text (about 100 MB) is written out before the next is made."""
+PIECE = 1 << 16
+"""Rows per call of the compiled writer: its text (about 27 MB; twice that is allocated, then trimmed) is
+written out before the next is made. A call costs nothing per piece that a bigger one would save."""
 
 
 def _floats(values: np.ndarray, hidden: np.ndarray | None = None) -> pa.Array:
@@ -97,8 +99,8 @@ def _compiled_lines(cols: TrajectoryColumns, est: Estimates) -> Iterator[bytes]:
     numbers = [getattr(est, name) for name in NUMBERS[:7]] + [est.weights.ess, est.weights.max_weight,
                                                               est.theta_star]
     hidden, rounds = est.support.applies.astype(bool, copy=False), cols.n_rounds.astype(np.int64, copy=False)
-    for lo in range(0, len(cols), SLICE):
-        part = slice(lo, lo + SLICE)
+    for lo in range(0, len(cols), PIECE):
+        part = slice(lo, lo + PIECE)
         yield compiled_writer.write_lines(
             cols.trajectory_id[part], cols.task_id[part], np.ascontiguousarray(rounds[part]),
             tuple(np.ascontiguousarray(a[part], float) for a in numbers), np.ascontiguousarray(hidden[part]),

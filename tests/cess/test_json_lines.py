@@ -51,7 +51,8 @@ def test_the_lines_are_orjsons_bytes_with_support_intervals_and_unknown_targets(
         estimated: tuple[TrajectoryColumns, Estimates], monkeypatch: pytest.MonkeyPatch, writer: str) -> None:
     cols, est = estimated
     assert est.support.applies.any() and np.isnan(est.theta_star).any()
-    monkeypatch.setattr(jl, "SLICE", 64)  # several queries (or calls), each with its chunks
+    monkeypatch.setattr(jl, "SLICE", 64)  # several queries, each with its chunks
+    monkeypatch.setattr(jl, "PIECE", 64)  # several calls of the compiled writer
     assert _written(cols, est) == _orjson(cols, est)
 
 
