@@ -1,8 +1,11 @@
-"""The optional compiled walk of ``draligned.cess.line_chunk`` (``draligned/cess/_line_walk.cpp``).
+"""The optional compiled parts: the walk of ``draligned.cess.line_chunk`` (``draligned/cess/_line_walk.cpp``) and
+the kernels of the columns path (``draligned/cess/_kernels.cpp``, the standard library alone: the writer of
+``draligned.cess.json_lines``, the probability sums of ``draligned.cess.parquet_batch``).
 
-It includes the simdjson sources that pysimdjson ships in its package directory (pysimdjson is in
+The walk includes the simdjson sources that pysimdjson ships in its package directory (pysimdjson is in
 [build-system] requires, so an isolated build has them). ``optional=True``: without a compiler, or without
-pysimdjson in the build environment, the package installs without it and loads JSON Lines in Python as before.
+pysimdjson in the build environment, the package installs without it and loads JSON Lines in Python as before
+(and without the kernels, DuckDB writes the lines and numpy sums the probabilities).
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ def _simdjson_dir() -> str | None:
 
 
 _where = _simdjson_dir()
-setup(ext_modules=[] if _where is None else [
+_kernels = Extension("draligned.cess._kernels", ["draligned/cess/_kernels.cpp"], language="c++",
+                    extra_compile_args=["-std=c++17", "-O2"], optional=True)
+setup(ext_modules=[_kernels] if _where is None else [
     Extension("draligned.cess._line_walk", ["draligned/cess/_line_walk.cpp"], include_dirs=[_where],
-              language="c++", extra_compile_args=["-std=c++17", "-O2"], optional=True)])
+              language="c++", extra_compile_args=["-std=c++17", "-O2"], optional=True), _kernels])

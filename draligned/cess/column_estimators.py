@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from draligned.cess.columns import TrajectoryColumns
-from draligned.cess.estimators import (
+from draligned.cess.estimates import (
     SCORE_RANGE,
     Estimates,
     SupportBounds,

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from draligned.cess.trajectory import Trajectory
+if TYPE_CHECKING:  # the models' import (pydantic) is most of `cess estimate`'s start-up
+    from draligned.cess.trajectory import Trajectory
 
 SLAB_BYTES = 64 << 20
 """A field's parts are joined once they hold this much (see :meth:`ColumnBuilder.extend`)."""

@@ -19,8 +19,8 @@ def load_file(path: Path, fmt: Format) -> TrajectoryColumns:
     """Every trajectory of the file as columns; raises TrajectoryError (naming line or row and field),
     OSError or duckdb.Error."""
     if fmt == "parquet":
-        from draligned.cess.parquet import load_parquet
         _reading_parquet()
+        from draligned.cess.parquet import load_parquet
         return load_parquet(path)
     from draligned.cess.fastload import load_columns
     return load_columns(path)
@@ -31,8 +31,8 @@ def estimate_lines(path: Path, fmt: Format, lam: float) -> Iterator[bytes | memo
     the call (it raises as :func:`load_file` does); a Parquet file goes through one pipeline over its row
     groups on every core (:mod:`draligned.cess.parquet_lines`), which keeps only the lines."""
     if fmt == "parquet":
-        from draligned.cess.parquet_lines import parquet_lines
         _reading_parquet()
+        from draligned.cess.parquet_lines import parquet_lines
         return parquet_lines(path, lam)
     from draligned.cess.column_estimators import estimate_columns
     from draligned.cess.json_lines import json_lines
@@ -41,7 +41,8 @@ def estimate_lines(path: Path, fmt: Format, lam: float) -> Iterator[bytes | memo
 
 
 def _reading_parquet() -> None:
-    """This process only reads Parquet and estimates: it reuses the reader's freed temporaries. (A JSON
+    """This process only reads Parquet and estimates: it reuses the reader's freed temporaries (called before
+    pyarrow is imported, for its allocator). (A JSON
     Lines load sets this in its worker processes only, fastload._Workers: its parent's peak was measured
     without, just under 2 GB.)"""
     from draligned.cess.heap import keep_freed_memory

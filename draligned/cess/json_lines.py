@@ -1,21 +1,23 @@
 """`cess estimate --json` output: the bytes of ``orjson.dumps(row)`` and a newline for every row of
-:func:`~draligned.cess.column_estimators.estimate_rows`, written by DuckDB's JSON writer.
+:func:`~draligned.cess.column_estimators.estimate_rows`.
 
-10^6 rows as Python dicts cost about 3 CPU s (Python floats, dicts, one ``orjson.dumps`` each).
-DuckDB's ``to_json`` writes the same rows from Arrow columns in C++, in threads, and its text is
-orjson's (key order, shortest round-trip floats, ``null``, string escapes) except for what is listed
-in :func:`_rows_it_writes_apart`: some floats orjson writes in exponent form (``5e-6``, ``1e16``;
-DuckDB ``0.000005``, ``10000000000000000.0``) and the hexadecimal case of a control character's
-escape (``\\u001B`` for orjson's ``\\u001b``). Those rows (a few hundred in 10^6) are written by orjson
-from :func:`estimate_rows`, so every byte is orjson's; ``tests/cess/test_json_lines.py`` pins this
+10^6 rows as Python dicts cost about 3 CPU s (Python floats, dicts, one ``orjson.dumps`` each). When the
+optional extension is built, :func:`json_lines` writes them with it (``_kernels.cpp``: orjson's forms
+in C++, without the GIL; about 0.2 µs per row). Without it, DuckDB's ``to_json`` writes the same rows
+from Arrow columns in C++ (about 1.5 µs per row), and its text is orjson's (key order, shortest
+round-trip floats, ``null``, string escapes) except for what is listed in :func:`_rows_it_writes_apart`:
+some floats orjson writes in exponent form (``5e-6``, ``1e16``; DuckDB ``0.000005``,
+``10000000000000000.0``) and the hexadecimal case of a control character's escape (``\\u001B`` for
+orjson's ``\\u001b``). Those rows (a few hundred in 10^6) are written by orjson from
+:func:`estimate_rows`, so every byte is orjson's; ``tests/cess/test_json_lines.py`` pins both writers
 against orjson on random bit patterns of floats and on every character.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-import duckdb
 import numpy as np
 import orjson
 import pyarrow as pa
@@ -23,12 +25,23 @@ import pyarrow.compute as pc
 
 from draligned.cess.column_estimators import POINT_ESTIMATES, estimate_rows
 from draligned.cess.columns import TrajectoryColumns
-from draligned.cess.estimators import Estimates
+from draligned.cess.estimates import Estimates
+
+if TYPE_CHECKING:
+    import duckdb
+
+try:
+    from draligned.cess import _kernels as compiled_writer
+except ImportError:  # installed without a C++ compiler (the extension is optional): DuckDB writes the lines
+    compiled_writer = None  # type: ignore[assignment]
 
 NUMBERS = ("opened_mean", "outcome_regression", *POINT_ESTIMATES, "ess", "max_weight", "theta_star")
 """The float fields between ``rounds`` and ``support_interval``, in the row's order."""
 SLICE = 1 << 18
 """Rows per DuckDB query: its text (about 100 MB) is written out before the next is made."""
+PIECE = 1 << 16
+"""Rows per call of the compiled writer: its text (about 27 MB; twice that is allocated, then trimmed) is
+written out before the next is made. A call costs nothing per piece that a bigger one would save."""
 
 
 def _floats(values: np.ndarray, hidden: np.ndarray | None = None) -> pa.Array:
@@ -75,7 +88,29 @@ def _rows_it_writes_apart(table: pa.Table) -> np.ndarray:
 def json_lines(cols: TrajectoryColumns, est: Estimates,
                con: duckdb.DuckDBPyConnection | None = None) -> Iterator[bytes | memoryview]:
     """The JSON Lines of the estimates, in order, in pieces of bytes (``con``: a DuckDB connection to
-    write them with, e.g. one per thread for many small parts; its start costs 30-50 ms)."""
+    write them with when the compiled writer is not built, e.g. one per thread for many small parts; its
+    start costs 30-50 ms)."""
+    if compiled_writer is not None:
+        return _compiled_lines(cols, est)
+    return _duckdb_lines(cols, est, con)
+
+
+def _compiled_lines(cols: TrajectoryColumns, est: Estimates) -> Iterator[bytes]:
+    numbers = [getattr(est, name) for name in NUMBERS[:7]] + [est.weights.ess, est.weights.max_weight,
+                                                              est.theta_star]
+    hidden, rounds = est.support.applies.astype(bool, copy=False), cols.n_rounds.astype(np.int64, copy=False)
+    for lo in range(0, len(cols), PIECE):
+        part = slice(lo, lo + PIECE)
+        yield compiled_writer.write_lines(
+            cols.trajectory_id[part], cols.task_id[part], np.ascontiguousarray(rounds[part]),
+            tuple(np.ascontiguousarray(a[part], float) for a in numbers), np.ascontiguousarray(hidden[part]),
+            np.ascontiguousarray(est.support.lower[part], float), np.ascontiguousarray(est.support.upper[part], float))
+
+
+def _duckdb_lines(cols: TrajectoryColumns, est: Estimates,
+                  con: duckdb.DuckDBPyConnection | None) -> Iterator[bytes | memoryview]:
+    import duckdb
+
     tasks = pa.array(cols.task_id, pa.string())
     table = _table(cols, est, tasks)
     apart = _rows_it_writes_apart(table)

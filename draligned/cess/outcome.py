@@ -16,7 +16,7 @@ from typing import NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike
 
-from draligned.cess.estimators import clip
+from draligned.cess.estimates import clip
 from draligned.cess.text import TfidfIndex
 
 

@@ -24,9 +24,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -34,7 +33,10 @@ import pyarrow.parquet as pq
 from draligned.cess.columns import ColumnSink, TrajectoryColumns
 from draligned.cess.parquet_batch import Checked, check_batch
 from draligned.cess.parquet_flat import FLAT, FLAT_SCHEMA, LAYOUT_KEY, check_flat_batch, flat_record, flatten_batch
-from draligned.cess.trajectory import TrajectoryError, check_record
+from draligned.cess.trajectory_rules import TrajectoryError
+
+if TYPE_CHECKING:  # DuckDB reads the nested layout and writes files: imported there
+    import duckdb
 
 COLUMNS = {
     "trajectory_id": "VARCHAR",
@@ -65,6 +67,8 @@ def write_parquet(jsonl: Path, out: Path) -> None:
     DuckDB parses the lines into the nested columns, batch by batch; each batch is flattened and
     written uncompressed (random doubles do not compress, and a codec only slows the decode; the
     strings are dictionary-encoded)."""
+    import duckdb
+
     reader = duckdb.connect().sql(_read_json(jsonl)).to_arrow_reader(ROW_GROUP_ROWS)
     strings = ["task_id", "ranking", "doc_ids.list.element", "chosen.list.element"]
     with pq.ParquetWriter(out, FLAT_SCHEMA, compression="none", use_dictionary=strings) as writer:
@@ -74,6 +78,8 @@ def write_parquet(jsonl: Path, out: Path) -> None:
 
 def write_nested_parquet(jsonl: Path, out: Path) -> None:
     """The nested layout that ``cess export`` wrote before the flat one (benchmarks and tests compare the two)."""
+    import duckdb
+
     duckdb.connect().execute(f"COPY ({_read_json(jsonl)}) TO {_literal(out)} "
                              f"(FORMAT parquet, ROW_GROUP_SIZE {ROW_GROUP_ROWS})")
 
@@ -154,6 +160,8 @@ def _explain(read: Callable[[int], dict[str, Any]], row: int) -> TrajectoryError
     where = f"row {row} (trajectory_id {record.get('trajectory_id')!r})"
     for field in _nonfinite(record, ""):
         return TrajectoryError(row, field, "is not a finite number (NaN and infinities are not allowed)", where)
+    from draligned.cess.trajectory import check_record  # pydantic and jsonschema: only to explain a row
+
     try:
         check_record(record, row)
     except TrajectoryError as exc:
@@ -280,6 +288,8 @@ def open_checked(path: Path) -> tuple[pq.FileMetaData, bool, Callable[[int], dic
         if (problem := _flat_schema_problem(meta.schema.to_arrow_schema())) is not None:
             raise problem
         return meta, True, _flat_row(path)
+    import duckdb
+
     con = duckdb.connect()
     con.execute("CREATE VIEW t AS SELECT file_row_number + 1 AS row, * EXCLUDE (file_row_number) "
                 f"FROM read_parquet({_literal(path)}, file_row_number = true)")

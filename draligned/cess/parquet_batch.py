@@ -15,7 +15,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from draligned.cess.columns import first_positive_round
-from draligned.cess.trajectory import PROB_SUM_MARGIN, PROB_SUM_TOLERANCE, Y_TOLERANCE
+from draligned.cess.trajectory_rules import PROB_SUM_MARGIN, PROB_SUM_TOLERANCE, Y_TOLERANCE
+
+try:
+    from draligned.cess import _kernels as compiled_sums
+except ImportError:  # installed without a C++ compiler (the extension is optional): numpy's reduceat
+    compiled_sums = None  # type: ignore[assignment]
 
 _RANKINGS = pa.array(["original", "pro", "anti"])
 Checked = tuple[np.ndarray, dict[str, np.ndarray], list[str], list[str]]
@@ -59,6 +64,18 @@ def _segments(values: np.ndarray, start: np.ndarray, length: np.ndarray, ufunc: 
     if full.any():
         out[full] = ufunc.reduceat(values, start[full])
     return out
+
+
+def _round_min_sum(values: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each round's smallest probability and their sum (``offsets``: from 0, rounds + 1), NaN for an empty
+    round or a NaN minimum: one compiled pass when the extension is built, else two of numpy."""
+    if compiled_sums is None:
+        start, length = offsets[:-1], np.diff(offsets)
+        return _segments(values, start, length, np.minimum), _segments(values, start, length, np.add)
+    low, total = np.empty(len(offsets) - 1), np.empty(len(offsets) - 1)
+    compiled_sums.round_min_sum(np.ascontiguousarray(values, float), np.ascontiguousarray(offsets, np.int64),
+                                low, total)
+    return low, total
 
 
 def _choices(doc_codes: np.ndarray, doc_start: np.ndarray, n: np.ndarray, owner_r: np.ndarray,
@@ -145,8 +162,7 @@ def check_batch(batch: pa.RecordBatch) -> Checked:
     p_off, p_values = unlist(probs)
     pv = np.asarray(p_values.to_numpy(zero_copy_only=False), float)  # null → NaN: suspect
     p_len, p_start = np.diff(p_off), p_off[:-1]
-    low = _segments(pv, p_start, p_len, np.minimum)
-    total = _segments(pv, p_start, p_len, np.add)
+    low, total = _round_min_sum(pv, p_off)
     shaped = (p_len == n[owner_r]) & (chosen >= 0)
     p = pv[np.where(shaped, p_start + chosen, 0)] if len(pv) else np.zeros(len(owner_r))
     p = np.where(shaped, p, np.nan)

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from draligned.cess.parquet_batch import Checked, check_batch, flag, unlist
-from draligned.cess.trajectory import TrajectoryError
+from draligned.cess.trajectory_rules import TrajectoryError
 
 LAYOUT_KEY = b"draligned.cess.layout"
 """Parquet key-value metadata key naming the layout; absent in the nested files written before."""

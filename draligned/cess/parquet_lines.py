@@ -19,14 +19,16 @@ import threading
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import duckdb
-
+from draligned.cess import json_lines as text
 from draligned.cess.column_estimators import estimate_columns
 from draligned.cess.columns import ColumnBuilder, ColumnCount
-from draligned.cess.json_lines import json_lines
 from draligned.cess.parquet import RowChecks, checked_group, counted, in_groups, metadata_counts, open_checked
 from draligned.cess.parquet_batch import Checked
+
+if TYPE_CHECKING:
+    import duckdb
 
 Lines = list[bytes | memoryview]
 """The JSON lines of a run of rows, in pieces."""
@@ -34,12 +36,14 @@ Lines = list[bytes | memoryview]
 
 class _ThreadConnection(threading.local):
     """Each thread's DuckDB connection for the lines (one thread each: the pool uses the cores), made on
-    its first use (a connection costs 30-50 ms of CPU)."""
+    its first use (a connection costs 30-50 ms of CPU); none when the compiled writer writes them."""
 
     con: duckdb.DuckDBPyConnection | None = None
 
-    def get(self) -> duckdb.DuckDBPyConnection:
-        if self.con is None:
+    def get(self) -> duckdb.DuckDBPyConnection | None:
+        if self.con is None and text.compiled_writer is None:
+            import duckdb
+
             self.con = duckdb.connect(config={"threads": 1})
         return self.con
 
@@ -49,7 +53,7 @@ def _lines(part: Checked, lam: float, connection: _ThreadConnection) -> Lines:
     builder = ColumnBuilder()
     builder.extend(ids, tasks, **arrays)
     cols = builder.build()
-    return list(json_lines(cols, estimate_columns(cols, lam), connection.get()))
+    return list(text.json_lines(cols, estimate_columns(cols, lam), connection.get()))
 
 
 def _group(path: Path, group: int, flat: bool, lam: float,

@@ -18,28 +18,13 @@ from typing import Any, Literal
 
 import jsonschema
 
+from draligned.cess.trajectory_rules import PROB_SUM_MARGIN as PROB_SUM_MARGIN
+from draligned.cess.trajectory_rules import PROB_SUM_TOLERANCE, Y_TOLERANCE, TrajectoryError
 from draligned.records import Record
 from draligned.strict_json import JSONInputError, loads
 
 SCHEMA_PATH = Path(__file__).with_name("trajectory.schema.json")
-PROB_SUM_TOLERANCE = 1e-6
-"""Probability vectors must sum to 1 within this tolerance."""
-PROB_SUM_MARGIN = 1e-9
-"""The fast loaders' checks send sums this close to the tolerance to the exact check (math.fsum) here."""
-Y_TOLERANCE = 1e-9
-"""A round's y must equal its chosen document's pool y within this."""
-
 Ranking = Literal["original", "pro", "anti"]
-
-
-class TrajectoryError(ValueError):
-    """Invalid trajectory input, located by line number (or ``where``, e.g. a Parquet row) and field path."""
-
-    def __init__(self, line: int, field: str, message: str, where: str | None = None) -> None:
-        super().__init__(f"{where or f'line {line}'}: {field}: {message}")
-        self.line = line
-        self.field = field
-        self.message = message
 
 
 class TrajectoryPool(Record):

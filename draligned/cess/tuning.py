@@ -13,14 +13,8 @@ from typing import Literal
 import numpy as np
 
 from draligned.cess.batch import TrajectoryBatch
-from draligned.cess.estimators import (
-    cess_clip_then_shrink,
-    cess_opened_anchor,
-    cess_shrink_then_clip,
-    clip,
-    opened_mean,
-    sequential_dr,
-)
+from draligned.cess.estimates import cess_clip_then_shrink, cess_opened_anchor, cess_shrink_then_clip, clip
+from draligned.cess.estimators import opened_mean, sequential_dr
 from draligned.cess.metrics import mae
 
 LAMBDA_GRID = np.round(np.linspace(0.0, 1.0, 21), 2)

@@ -8,12 +8,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from draligned.cess.searches import STOP_RULES
 from draligned.cli import add_command
 
 if TYPE_CHECKING:  # each subcommand imports what it runs (`cess estimate` none of the benches)
     from draligned.cess.bench import BenchReport, BenchSettings
     from draligned.cess.experiments import SimulationReport
+    from draligned.cess.searches import StopRule
+
+STOP_RULES: tuple[StopRule, ...] = ("one_sided", "both_sides")
+""":data:`draligned.cess.searches.STOP_RULES`, for the options (tests/cess/test_cli.py keeps them equal):
+importing the searches module takes pydantic and the trajectory models, a third of `cess estimate`'s start-up."""
 
 
 def _unit_interval(text: str) -> float:
@@ -77,6 +81,13 @@ def trajectory_format(path: Path, given: str | None) -> Literal["jsonl", "parque
     return "parquet" if given == "parquet" or (given is None and by_name) else "jsonl"
 
 
+def _input_errors(*known: type[Exception]) -> tuple[type[Exception], ...]:
+    """``known`` and DuckDB's error type if a reader imported DuckDB (only then can it have raised one: the
+    Parquet path of a flat file runs without it, and its import is a fifth of the start-up)."""
+    duckdb = sys.modules.get("duckdb")
+    return (*known, duckdb.Error) if duckdb is not None else known
+
+
 def _run_estimate(args: argparse.Namespace) -> int:
     if (args.path is None) == (args.trajectories is None):
         print("error: name the trajectory file once: cess estimate FILE (or --trajectories FILE)", file=sys.stderr)
@@ -84,11 +95,9 @@ def _run_estimate(args: argparse.Namespace) -> int:
     path = args.path or args.trajectories
     # The loaders (pyarrow, DuckDB) are imported here: `run` and `demo` import this module for
     # trajectory_format, and each command imports only what it runs (draligned/cli/__init__.py).
-    import duckdb
-
     from draligned.cess.column_estimators import estimate_columns, estimate_rows
     from draligned.cess.estimate_file import estimate_lines, load_file
-    from draligned.cess.trajectory import TrajectoryError
+    from draligned.cess.trajectory_rules import TrajectoryError
 
     fmt = trajectory_format(path, args.format)
     try:  # both read and check the whole file before anything is printed
@@ -96,7 +105,7 @@ def _run_estimate(args: argparse.Namespace) -> int:
             lines = estimate_lines(path, fmt, args.lam)
         else:
             columns = load_file(path, fmt)
-    except (TrajectoryError, OSError, duckdb.Error) as exc:
+    except _input_errors(TrajectoryError, OSError) as exc:
         print(f"error: {path}: {exc}", file=sys.stderr)
         return 2
     if args.json:

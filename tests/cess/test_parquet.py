@@ -1,5 +1,6 @@
 """Parquet trajectories in the nested layout (files exported before the flat one): the same columns as the JSON
-Lines file, the same rules, errors naming row and field. The flat layout: tests/cess/test_parquet_flat.py."""
+Lines file, the same rules, errors naming row and field. The flat layout: tests/cess/test_parquet_flat.py.
+Every test that takes the ``sums`` fixture runs over both sums of the probabilities: the compiled kernel and numpy's."""
 
 from __future__ import annotations
 
@@ -13,12 +14,41 @@ import duckdb
 import numpy as np
 import pytest
 
+from draligned.cess import parquet_batch
 from draligned.cess.fastload import load_columns
 from draligned.cess.parquet import COLUMNS, load_parquet, write_nested_parquet
 from draligned.cess.trajectory import TrajectoryError, load_trajectories
 from draligned.cli import main
 from tests.cess.test_columns import varied_trajectory
 from tests.cess.test_trajectory import CASES, VALID
+
+SUMS = ["numpy", pytest.param("compiled", marks=pytest.mark.skipif(
+    parquet_batch.compiled_sums is None, reason="the optional extension draligned.cess._kernels is not built"))]
+
+
+@pytest.fixture(params=SUMS)
+def sums(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The sums of each round's probabilities in this test: the compiled kernel's, or numpy's (as without it)."""
+    if request.param == "numpy":
+        monkeypatch.setattr(parquet_batch, "compiled_sums", None)
+    return request.param
+
+
+@pytest.mark.skipif(parquet_batch.compiled_sums is None, reason="the optional extension is not built")
+def test_the_compiled_round_sums_are_numpys(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bit for bit: the same minima and the same sums, added in numpy's pairwise order (segments of 0 to 299)."""
+    rng = np.random.default_rng(3)
+    lengths = np.concatenate([rng.integers(0, 6, 300), rng.integers(0, 300, 100)])
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    specials = rng.choice([0.0, -0.0, -1e-300, 1.0, np.inf, -np.inf, np.nan], offsets[-1])
+    plain = rng.random(offsets[-1]) * 10.0 ** rng.integers(-3, 3, offsets[-1])
+    values = np.where(rng.random(offsets[-1]) < 0.05, specials, plain)
+    compiled = parquet_batch._round_min_sum(values, offsets)
+    monkeypatch.setattr(parquet_batch, "compiled_sums", None)
+    with np.errstate(invalid="ignore"):  # inf + -inf
+        expected = parquet_batch._round_min_sum(values, offsets)
+    for got, want in zip(compiled, expected, strict=True):
+        assert np.isnan(want).any() and np.array_equal(got, want, equal_nan=True)
 
 
 def _files(tmp_path: Path, records: list[dict]) -> tuple[Path, Path]:
@@ -61,7 +91,7 @@ ROW_CASES = [c for c in CASES if c[0] not in ("unexpected field", "probability i
 
 @pytest.mark.parametrize(("name", "mutate", "field", "message"), ROW_CASES, ids=[c[0] for c in ROW_CASES])
 def test_a_bad_row_is_named_by_row_trajectory_and_field(
-    tmp_path: Path, name: str, mutate: Callable[[dict], None], field: str, message: str
+    tmp_path: Path, name: str, mutate: Callable[[dict], None], field: str, message: str, sums: str
 ) -> None:
     bad = copy.deepcopy(VALID) | {"trajectory_id": "bad"}
     mutate(bad)
@@ -123,7 +153,7 @@ ROUND_VALUES = [
 
 @pytest.mark.parametrize(("probs", "stop", "error"), ROUND_VALUES, ids=["nan", "null", "infinite"])
 def test_nan_null_and_infinite_numbers_inside_rounds_are_refused_in_a_row_after_many_good_ones(
-        tmp_path: Path, probs: str, stop: str, error: str) -> None:
+        tmp_path: Path, probs: str, stop: str, error: str, sums: str) -> None:
     rng = random.Random(7)
     _, parquet = _files(tmp_path, [varied_trajectory(rng, i) for i in range(40)] + [VALID | {"trajectory_id": "tv"}])
     con = duckdb.connect()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import random
 from collections.abc import Callable
 from pathlib import Path
@@ -158,9 +159,14 @@ def test_budget_of_any_integer_type_and_non_nullable_lists_read(tmp_path: Path) 
     assert load_parquet(strict).trajectory_id == ["t1", "t2"]
 
 
-def test_keep_freed_memory_turns_numpys_huge_page_advice_off() -> None:
+def test_keep_freed_memory_turns_numpys_huge_page_advice_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MIMALLOC_PURGE_DELAY", raising=False)
     keep_freed_memory()
     assert np._core.multiarray._set_madvise_hugepage(False) is False  # the setting it found: already off
+    assert os.environ["MIMALLOC_PURGE_DELAY"] == "-1"  # read by pyarrow's mimalloc when it loads
+    monkeypatch.setenv("MIMALLOC_PURGE_DELAY", "50")
+    keep_freed_memory()
+    assert os.environ["MIMALLOC_PURGE_DELAY"] == "50"  # the user's own setting stands
 
 
 def _damaged(data: bytes, tid: bytes, replace: bytes) -> bytes:

@@ -6,12 +6,15 @@ from __future__ import annotations
 import copy
 import json
 import random
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
 
+from draligned.cess import json_lines as jl
 from draligned.cess.column_estimators import estimate_columns
 from draligned.cess.json_lines import json_lines
 from draligned.cess.parquet import load_parquet, write_nested_parquet, write_parquet
@@ -52,6 +55,28 @@ def test_the_pipeline_writes_the_lines_of_the_whole_file_path_for_either_layout(
     assert b"".join(parquet_lines(flat, 0.3, workers)) == whole
     assert b"".join(parquet_lines(nested, 0.3, workers)) == whole
     assert b"".join(parquet_lines(flat, 0.9, workers)) != whole  # lambda is passed on
+
+
+@pytest.mark.skipif(jl.compiled_writer is None, reason="the optional extension draligned.cess._kernels is not built")
+def test_the_pipeline_writes_the_same_bytes_through_duckdb_as_without_the_extension(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _, flat, _ = _files(tmp_path, _records(40, 6))
+    whole = _whole(flat, 0.3)  # the compiled writer's
+    monkeypatch.setattr(jl, "compiled_writer", None)
+    assert b"".join(parquet_lines(flat, 0.3, 2)) == whole
+
+
+def test_the_command_on_a_valid_flat_file_imports_neither_pydantic_jsonschema_nor_duckdb(tmp_path: Path) -> None:
+    """Their imports were half the start-up of `cess estimate F.parquet --json`; an invalid row still gets the
+    full validator (the tests below)."""
+    _, flat, _ = _files(tmp_path, _records(12, 7))
+    heavy = ("pydantic", "jsonschema", "duckdb")
+    code = ("import sys; from draligned.cli import main; code = main(['cess', 'estimate', sys.argv[1], '--json']); "
+            f"print(code, [m for m in {heavy!r} if m in sys.modules], file=sys.stderr)")
+    done = subprocess.run([sys.executable, "-c", code, str(flat)], capture_output=True, text=True, check=True)
+    assert len(done.stdout.splitlines()) == 12
+    expected = "0 []" if jl.compiled_writer is not None else "0 ['duckdb']"  # DuckDB writes the lines without it
+    assert done.stderr.strip() == expected
 
 
 def test_a_row_the_numpy_checks_suspect_but_the_validator_accepts_is_estimated_in_place(tmp_path: Path) -> None:
