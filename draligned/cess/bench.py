@@ -37,7 +37,8 @@ from draligned.cess.perspectrum import (
     shared_document_ids,
     without_shared_documents,
 )
-from draligned.cess.searches import SearchSettings, StopRule, run_searches
+from draligned.cess.searches import SearchSettings, run_searches
+from draligned.cess.stop_rules import StopRule
 from draligned.cess.tuning import Variant, tune_alpha, tune_lambda
 from draligned.records import Record
 

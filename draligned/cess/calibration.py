@@ -23,7 +23,8 @@ from draligned.cess.batch import TrajectoryBatch
 from draligned.cess.estimators import opened_mean
 from draligned.cess.metrics import mae, per_question_sensitivity
 from draligned.cess.perspectrum import PerspectrumClaim
-from draligned.cess.searches import STOP_RULES, SearchSettings, StopRule, run_searches
+from draligned.cess.searches import SearchSettings, run_searches
+from draligned.cess.stop_rules import STOP_RULES, StopRule
 from draligned.records import Record
 
 TARGET_MAE = 0.4108

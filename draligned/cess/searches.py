@@ -15,21 +15,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, get_args
+from typing import Literal
 
 import numpy as np
 from pydantic import Field
 
 from draligned.cess.perspectrum import PerspectrumClaim
 from draligned.cess.pool import ControllerConfig, PoolController, PoolIndex
+from draligned.cess.stop_rules import StopRule
 from draligned.cess.trajectory import Ranking, Trajectory
 from draligned.records import Record
 
 Stopping = Literal["fixed", "adaptive"]
-StopRule = Literal["one_sided", "both_sides"]
-STOP_RULES: tuple[StopRule, ...] = get_args(StopRule)
-"""Stop-recommendation rules, in the order the calibration tries them (the controller turns either into
-0.75 / 0.10)."""
 CONTROLLERS = ("tfidf", "mmr")
 STOPPING: tuple[Stopping, Stopping] = ("fixed", "adaptive")
 RANKINGS: tuple[Ranking, Ranking] = ("pro", "anti")

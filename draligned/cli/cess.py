@@ -8,16 +8,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from draligned.cess.stop_rules import STOP_RULES
 from draligned.cli import add_command
 
 if TYPE_CHECKING:  # each subcommand imports what it runs (`cess estimate` none of the benches)
     from draligned.cess.bench import BenchReport, BenchSettings
     from draligned.cess.experiments import SimulationReport
-    from draligned.cess.searches import StopRule
-
-STOP_RULES: tuple[StopRule, ...] = ("one_sided", "both_sides")
-""":data:`draligned.cess.searches.STOP_RULES`, for the options (tests/cess/test_cli.py keeps them equal):
-importing the searches module takes pydantic and the trajectory models, a third of `cess estimate`'s start-up."""
 
 
 def _unit_interval(text: str) -> float:

@@ -126,12 +126,6 @@ def test_bench_perspectrum(capsys: pytest.CaptureFixture[str]) -> None:
     assert "no eligible" in capsys.readouterr().err
 
 
-def test_the_stop_rule_options_are_the_searches_rules() -> None:
-    from draligned.cess.searches import STOP_RULES
-
-    assert cess_cli.STOP_RULES == STOP_RULES
-
-
 def test_registered_in_the_main_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from draligned.cli import build_parser, main
 
