@@ -5,11 +5,15 @@ checkout). A loopback chat-completions server in its own process (asyncio, HTTP/
 every request ``L`` ms, then answers: four ``search`` calls, then ``submit_report`` (5 model calls and 4
 tool calls per run, full archiving). For each C (runs in flight: the study's ``concurrency`` and the
 model's ``max_connections``) and each worker count, a study of ``--runs-per-slot`` × C runs is timed from
-``run_study`` to its end (worker start and the final reindex included) and one JSON line printed:
+``run_study`` to its end (worker start and the final reindex included) and one JSON line printed. A warm-up
+study of a few runs comes first (its wall and CPU seconds printed): the process's one-time start (the SDK's
+import, the fork server's, about 1-2 CPU-s) is paid once per ``draligned run``, not per call, and would
+otherwise be most of a 2-second study; ``--no-warmup`` leaves it in the first study. Each line has:
 model calls per second from the first request to the last reply (what the runs sustain; the figure with
 study start, worker start and the final reindex is printed next to it), efficiency against the
-ideal C / L, and the CPU per model call of the parent, the workers and the server (what bounds calls/s on
-a machine's cores: cores / total CPU per call), over the whole study and (``steady_5_to_95pct``) over the
+ideal C / L, the runs each process ended (``runs_ended_by``), and the CPU per model call of the parent, the
+workers and the server (what bounds calls/s on a machine's cores: cores / total CPU per call), over the
+whole study and (``steady_5_to_95pct``) over the
 middle of it, where every process is running and neither the study start nor the parent's final reindex
 counts. ``turnaround_ms``: the server's view of the harness, the time from each reply to the next request on
 its connection (p50, p90, mean; L excluded: what each call cycle adds to L, so efficiency ~ L / (L + it)),
@@ -32,18 +36,25 @@ import socket
 import tempfile
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any, cast
 
 from cpu_all import live_cpu_s, proc_stat
 
-from draligned.runner import run_study
-from draligned.study import load_study
+from draligned.models import ModelAPI
+from draligned.runner import Dispatch, Execute, RunOutcome, run_study
+from draligned.study import Study, load_study
+from draligned.tools.pool_search import StudySearch
 from draligned.workers import in_workers, run_loop
 
 REPO = Path(__file__).resolve().parent.parent
 SEARCHES = 4
 TARGETS = {64: 576.0, 256: 1000.0}
+TOOL_MESSAGE = b'"role":"tool"'
+"""How a tool result starts in the SDK's compact JSON of the request: the server counts them in the bytes (a
+quote inside a string is escaped, so no text matches), where parsing the growing body cost it about as much
+CPU again as the rest of its reply (benchmarks/README.md)."""
 TURNAROUND_BINS = 2000
 """1 ms bins of the server's turnaround histogram (the last one: that long or longer)."""
 
@@ -66,7 +77,7 @@ def _reply(searches_done: int, number: int) -> bytes:
 
 class ChatServer(asyncio.Protocol):
     """One keep-alive connection of the loopback server, as cheap as a minimal real server: the request is
-    parsed from the bytes received (its head's ``content-length``, its JSON body's messages), held
+    parsed from the bytes received (its head's ``content-length``, its body's tool results counted), held
     ``latency_s`` by a timer on the loop (no task per request) and answered by its turn."""
 
     def __init__(self, latency_s: float, served: Any, first: Any, last: Any, turnaround: Any, bunched: Any) -> None:
@@ -92,7 +103,7 @@ class ChatServer(asyncio.Protocol):
                 self.first.value = time.time()
             if self.replied is not None:  # the harness's turnaround on this connection
                 self.turnaround[min(TURNAROUND_BINS - 1, int((time.perf_counter() - self.replied) * 1000))] += 1
-            done = sum(1 for m in json.loads(body)["messages"] if m["role"] == "tool")
+            done = body.count(TOOL_MESSAGE)
             asyncio.get_running_loop().call_later(self.latency_s, self.answer, done)
 
     def answer(self, done: int) -> None:
@@ -177,7 +188,7 @@ def _children(pid: int) -> list[int]:
 
 
 class Steady(threading.Thread):
-    """Samples, every 50 ms while a study runs, the replies served and the CPU of the parent (this process:
+    """Samples, every 100 ms while a study runs, the replies served and the CPU of the parent (this process:
     its loop and its archive writer thread), of the live worker processes and of the server, so that the rate
     and the CPU per call of the middle of the study (from 5% to 95% of the replies) are told apart from its
     start (planning, the workers' interpreters starting) and end (the last commits, the final reindex, all in
@@ -190,15 +201,18 @@ class Steady(threading.Thread):
         self.stop = threading.Event()
 
     def run(self) -> None:
-        while not self.stop.wait(0.05):
+        while not self.stop.wait(0.1):
             with contextlib.suppress(OSError, ValueError):  # a worker that just ended
                 self.samples.append((self.served.value, time.perf_counter(), _cpu(self.server_pid)))
 
-    def figures(self, before: int, calls: int) -> dict[str, Any]:
-        """Replies per second and CPU ms per reply between the samples at 5% and 95% of the study's replies."""
+    def figures(self, before: int, calls: int) -> dict[str, Any] | None:
+        """Replies per second and CPU ms per reply between the samples at 5% and 95% of the study's replies
+        (None for a study too short to sample twice in between)."""
         self.stop.set()
         self.join()
         inside = [s for s in self.samples if before + 0.05 * calls <= s[0] <= before + 0.95 * calls]
+        if len(inside) < 2:
+            return None
         (n0, t0, c0), (n1, t1, c1) = inside[0], inside[-1]
         return {"calls_per_s": round((n1 - n0) / max(t1 - t0, 1e-9), 1),
                 "cpu_ms_per_call": {role: round((c1[role] - c0[role]) * 1000 / max(1, n1 - n0), 2) for role in c0}}
@@ -237,45 +251,79 @@ def start_server(latency_s: float) -> tuple[Any, str, tuple[Any, Any, Any, Any, 
     return server, f"http://127.0.0.1:{sock.getsockname()[1]}/v1", shared
 
 
+def counting(workers: int, ended: Counter[str]) -> Execute:
+    """``in_workers(workers)``, counting the runs each process ended (the parent's Dispatch sees their source)."""
+    execute = in_workers(workers)
+
+    async def counted(study: Study, search: StudySearch, models: dict[str, ModelAPI], dispatch: Dispatch) -> None:
+        end = dispatch.end
+
+        def end_counted(outcome: RunOutcome, source: int, running: float) -> None:
+            ended["parent" if source == 0 else "workers"] += 1
+            end(outcome, source, running)
+        dispatch.end = end_counted  # type: ignore[method-assign]
+        await execute(study, search, models, dispatch)
+    return counted
+
+
+def measure(server: Any, base_url: str, shared: tuple[Any, Any, Any, Any, Any], latency_ms: float, inflight: int,
+            workers: int, runs: int) -> dict[str, Any]:
+    """Run one study of ``runs`` runs, ``inflight`` at a time in ``workers`` processes; its figures."""
+    served, first, last, turnaround, bunched = shared
+    ended: Counter[str] = Counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        study = load_study(study_file(Path(tmp), base_url, inflight, runs))
+        before, first.value, bunched[2] = served.value, 0.0, 0
+        turned = list(turnaround)
+        cpu0 = _cpu(server.pid)
+        steady = Steady(server.pid, served)
+        steady.start()
+        t0 = time.perf_counter()
+        result = run_loop(run_study(study, execute=counting(workers, ended)))
+        wall = time.perf_counter() - t0
+        calls = served.value - before
+        cpu = {role: (after - cpu0[role]) * 1000 / calls for role, after in _cpu(server.pid).items()}
+        middle = steady.figures(before, calls)
+        turned = [n - was for n, was in zip(turnaround, turned, strict=True)]
+    ideal, rate = inflight / (latency_ms / 1000), calls / (last.value - first.value)
+    return {
+        "inflight": inflight, "workers": workers, "runs": len(result.runs),
+        "failed": result.statuses.get("failed", 0), "model_calls": calls, "wall_s": round(wall, 2),
+        "calls_per_s": round(rate, 1), "efficiency": round(rate / ideal, 3),
+        "target_calls_per_s": TARGETS.get(inflight), "ideal_calls_per_s": ideal,
+        "calls_per_s_incl_start_and_reindex": round(calls / wall, 1),
+        "cpu_ms_per_call": {role: round(ms, 2) for role, ms in cpu.items()},
+        "workers_cpu_s": round(cpu["workers"] * calls / 1000, 2), "runs_ended_by": dict(ended),
+        "turnaround_ms": percentiles(turned), "replies_in_busiest_5ms": bunched[2],
+        "steady_5_to_95pct": middle,
+        "load_avg_1m": round(os.getloadavg()[0], 2),
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--latency-ms", type=float, default=100.0)
     ap.add_argument("--inflight", type=int, nargs="+", default=[64, 256])
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--runs-per-slot", type=int, default=4, help="runs per lane (study size = this x C)")
+    ap.add_argument("--no-warmup", action="store_true",
+                    help="measure the process's first study cold (SDK import, fork server start) instead of "
+                         "running a small warm-up study first")
     args = ap.parse_args()
-    server, base_url, (served, first, last, turnaround, bunched) = start_server(args.latency_ms / 1000)
+    server, base_url, shared = start_server(args.latency_ms / 1000)
     print(json.dumps({"machine": f"{os.cpu_count()} cores", "load_avg_1m": os.getloadavg()[0]}))
     try:
+        if not args.no_warmup:  # the process's one-time start: the SDK's import, the fork server's
+            most = max(args.workers)
+            warm = measure(server, base_url, shared, args.latency_ms, 2 * most, most, 2 * most)
+            print(json.dumps({"warmup": True, "workers": most, "runs": warm["runs"], "wall_s": warm["wall_s"],
+                              "cpu_s": round(sum(warm["cpu_ms_per_call"].values()) * warm["model_calls"] / 1000,
+                                             2)}), flush=True)
         for inflight in args.inflight:
             for workers in args.workers:
-                with tempfile.TemporaryDirectory() as tmp:
-                    study = load_study(study_file(Path(tmp), base_url, inflight, args.runs_per_slot * inflight))
-                    before, first.value, bunched[2] = served.value, 0.0, 0
-                    turned = list(turnaround)
-                    cpu0 = _cpu(server.pid)
-                    steady = Steady(server.pid, served)
-                    steady.start()
-                    t0 = time.perf_counter()
-                    result = run_loop(run_study(study, execute=in_workers(workers)))
-                    wall = time.perf_counter() - t0
-                    calls = served.value - before
-                    cpu = {role: (after - cpu0[role]) * 1000 / calls for role, after in _cpu(server.pid).items()}
-                    middle = steady.figures(before, calls)
-                    turned = [n - was for n, was in zip(turnaround, turned, strict=True)]
-                ideal, rate = inflight / (args.latency_ms / 1000), calls / (last.value - first.value)
-                print(json.dumps({
-                    "inflight": inflight, "workers": workers, "runs": len(result.runs),
-                    "failed": result.statuses.get("failed", 0), "model_calls": calls, "wall_s": round(wall, 2),
-                    "calls_per_s": round(rate, 1), "efficiency": round(rate / ideal, 3),
-                    "target_calls_per_s": TARGETS.get(inflight), "ideal_calls_per_s": ideal,
-                    "calls_per_s_incl_start_and_reindex": round(calls / wall, 1),
-                    "cpu_ms_per_call": {role: round(ms, 2) for role, ms in cpu.items()},
-                    "workers_cpu_s": round(cpu["workers"] * calls / 1000, 2),
-                    "turnaround_ms": percentiles(turned), "replies_in_busiest_5ms": bunched[2],
-                    "steady_5_to_95pct": middle,
-                    "load_avg_1m": round(os.getloadavg()[0], 2),
-                }), flush=True)
+                figures = measure(server, base_url, shared, args.latency_ms, inflight, workers,
+                                  args.runs_per_slot * inflight)
+                print(json.dumps(figures), flush=True)
     finally:
         server.terminate()
         server.join()

@@ -252,9 +252,12 @@ async def run_slots(study: Study, archive: Archive, search: StudySearch, models:
     running (its cost included) until it is reported. Knows nothing of the cost cap or the lock: whoever
     supplies ``take`` decides (Dispatch in one process, draligned.workers across processes)."""
     running: dict[str, RunRecord] = {}
+    priced = any(m.declaration.price is not None for m in models.values())  # unpriced runs cost 0
 
     def live() -> float:
-        return sum(r.counters.cost_usd or 0.0 for r in running.values())
+        """The running runs' cost: a walk over every run in flight (at each take and each report), done only
+        when a model is priced."""
+        return sum(r.counters.cost_usd or 0.0 for r in running.values()) if priced else 0.0
 
     async def report(rec: RunRecord) -> None:
         await archive.durable()  # its record and every blob it names are on disk before the run counts as ended

@@ -1,8 +1,13 @@
 """Run a study's slots in N processes, each with its own event loop (``draligned run --workers N``).
 
 The parent plans, holds the archive's ``.run.lock``, archives the provenance files and rebuilds the index
-at the end (draligned.runner). Here it runs one share of the study's lanes on its own event loop and starts
-N - 1 worker processes for the others, which it serves over one Unix socket (JSON lines):
+at the end (draligned.runner). Here it starts N worker processes, each running one share of the study's
+lanes on its own event loop, and serves them over one Unix socket (JSON lines). The parent runs no lanes
+itself: every run start waits for its ``take`` to be answered, and a parent whose loop also ran a share of
+the runs answered the workers' only between its own runs' work, 0.1-1 s late at 64-256 runs in flight on
+2 cores, so the workers' lanes idled at every run's start and the parent's ended most runs
+(benchmarks/README.md). A study with a single share (one lane, or one slot to do) runs on the parent's loop
+and starts no worker.
 
 - **slots**: a lane asks for its next slot whenever it is free (a queue, so a slow slot holds up no one)
   and reports each run that ended; the parent's ``Dispatch`` applies the study cost cap and the
@@ -20,8 +25,8 @@ study's model protocols (the ``openai`` SDK: about a second of CPU), so each wor
 instead of importing all of that again (N - 1 workers, and every later study of the same process). A worker
 takes the parent's environment and directory as they are when it starts, and dies with the parent: its kill
 closes the socket, and a worker whose parent is gone stops. The workers start from a thread while the
-parent's own lanes run. The study's ``concurrency`` is split over the processes, so it still
-bounds the runs in flight.
+parent's loop serves those already started. The study's ``concurrency`` is split over the workers, so it
+still bounds the runs in flight.
 """
 
 from __future__ import annotations
@@ -119,20 +124,23 @@ def limited(model: ModelAPI) -> ConnectionLimit | None:
 
 
 def in_workers(workers: int) -> Execute:
-    """An ``Execute`` for draligned.runner.run_study that runs the slots in ``workers`` processes
-    (``workers`` 1: on the parent's own event loop, as before)."""
+    """An ``Execute`` for draligned.runner.run_study that runs the slots in ``workers`` worker processes
+    (``workers`` 1, or a study with one share of lanes: on the parent's own event loop)."""
     if workers <= 1:
         return in_process
 
     async def execute(study: Study, search: StudySearch, models: dict[str, ModelAPI], dispatch: Dispatch) -> None:
-        await _serve(study, search, models, dispatch, lanes(study.spec.concurrency, min(workers, dispatch.total)))
+        shares = lanes(study.spec.concurrency, min(workers, dispatch.total))
+        if len(shares) == 1:
+            await in_process(study, search, models, dispatch)
+        else:
+            await _serve(study, models, dispatch, shares)
     return execute
 
 
-async def _serve(study: Study, search: StudySearch, models: dict[str, ModelAPI], dispatch: Dispatch,
-                 shares: list[int]) -> None:
-    """Run the first share of lanes on this event loop and start one worker process per other share; serve
-    them until every one has ended, then raise if one failed."""
+async def _serve(study: Study, models: dict[str, ModelAPI], dispatch: Dispatch, shares: list[int]) -> None:
+    """Start one worker process per share of lanes and serve them until every one has ended, then raise if
+    one failed."""
     writers: dict[int, asyncio.StreamWriter] = {}
 
     def tell(source: int, msg: dict[str, Any]) -> None:
@@ -141,7 +149,7 @@ async def _serve(study: Study, search: StudySearch, models: dict[str, ModelAPI],
 
     lenders = {name: Lender(name, limit, tell) for name, m in models.items() if (limit := limited(m)) is not None}
     errors: list[str] = []
-    sources = itertools.count(1)  # 0 is this process
+    sources = itertools.count(1)  # 0 is this process's own lanes (in_process)
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         source, waiting = next(sources), set()
@@ -180,12 +188,6 @@ async def _serve(study: Study, search: StudySearch, models: dict[str, ModelAPI],
                 await lender.drop(source)
             writer.close()
 
-    async def take(running: float) -> tuple[Slot, int] | None:
-        return None if errors else dispatch.take(0, running)
-
-    async def end(outcome: RunOutcome, running: float) -> None:
-        dispatch.end(outcome, 0, running)
-
     tmp = Path(tempfile.mkdtemp(prefix="draligned-workers-"))
     path = tmp / "parent.sock"
     server = await asyncio.start_unix_server(serve, path, limit=LINE_LIMIT)
@@ -196,11 +198,11 @@ async def _serve(study: Study, search: StudySearch, models: dict[str, ModelAPI],
     procs: list[ForkServerProcess] = [
         context.Process(target=worker_main, args=(frozen, str(path), share, *common), daemon=True,
                         name="draligned-worker")
-        for share in shares[1:]]
-    # From a thread: a fork server that is still importing answers only once it has (the lanes meanwhile run).
+        for share in shares]
+    # From a thread: a fork server that is still importing answers only once it has (the loop meanwhile
+    # serves the workers already started).
     starting = asyncio.ensure_future(asyncio.to_thread(_start, procs))
     try:
-        await run_slots(study, Archive(study.archive_root), search, models, take, end, shares[0], dispatch.retrying)
         await starting
         for proc in procs:
             await asyncio.to_thread(proc.join)

@@ -260,6 +260,30 @@ def test_a_worker_keeps_its_leased_places_while_no_one_waits_and_gives_them_back
     asyncio.run(scenario())
 
 
+def test_a_notice_read_before_a_grant_resumes_its_request_overrides_the_grant_s_keep():
+    """a's second request is granted (keep: no one waits) and, before a resumes, b's request must wait, so
+    the parent tells a to give its places back: a must not keep them on the grant's older word, or b
+    waits for ever (two workers, no lanes in the parent: the study hung)."""
+    held = ConnectionLimit(2)
+    leases = Leases(held)
+
+    async def scenario() -> None:
+        a, b = leases.lease(1, adaptive=False), leases.lease(2, adaptive=False)
+        await a.acquire()
+        second, waiting = asyncio.create_task(a.acquire()), asyncio.create_task(b.acquire())
+        await leases.settle()
+        assert second.done() and not waiting.done()  # the limit's 2 places are a's
+        await a.release("ok")
+        await leases.settle()
+        assert waiting.done() and leases.lender.held == {1: 1, 2: 1}
+        await a.release("ok")
+        await b.release("ok")
+        await leases.settle()
+        assert leases.lender.held == {1: 0, 2: 1}  # a gave its place back, b keeps its one
+
+    asyncio.run(scenario())
+
+
 @pytest.mark.slow
 def test_the_study_cost_cap_holds_across_two_workers_and_a_later_run_resumes(tmp_path, capsys):
     """One lane per process, every run costs more than the cap: the parent counts every process's runs, so
@@ -269,9 +293,9 @@ def test_the_study_cost_cap_holds_across_two_workers_and_a_later_run_resumes(tmp
     assert main(["run", str(path), "--workers", "2"]) == 1
     out = capsys.readouterr().out
     records = Archive(tmp_path / "archive").records()
-    # Which runs start is the race the rule is about: the parent's lane always takes a slot, the worker's
-    # lane takes one only if it asks before the parent's run has ended. Never a third: once one run has
-    # ended, its cost (above the cap) is counted for every process.
+    # Which runs start is the race the rule is about: the first worker to ask always takes a slot, the
+    # other takes one only if it asks before that run has ended. Never a third: once one run has ended,
+    # its cost (above the cap) is counted for every process.
     assert len(records) in (1, 2)
     costs = [r.counters.cost_usd for r in records]
     assert costs == [round((r.counters.usage.input_tokens + r.counters.usage.output_tokens) * 1000.0 / 1e6, 8)

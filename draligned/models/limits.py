@@ -102,16 +102,19 @@ class Lender:
         """Places out per worker (in use or kept)."""
         self._keeping: set[int] = set()
         self._told = limit.limit
+        self._notices: Counter[int] = Counter()
+        """Notices told to each worker so far (a grant says how many came before it)."""
         limit.watch = self._watch
 
     async def grant(self, source: int) -> dict[str, Any]:
-        """Wait for a place for ``source``; the reply says the limit and whether it may keep freed places."""
+        """Wait for a place for ``source``; the reply says the limit, whether it may keep freed places and how
+        many notices ``source`` was told before it (a notice told after it is newer than its ``keep``)."""
         await self.limit.acquire()
         self.held[source] += 1
         keep = not self.limit.contended()
         if keep:
             self._keeping.add(source)
-        return {"limit": self.limit.limit, "keep": keep}
+        return {"limit": self.limit.limit, "keep": keep, "told": self._notices[source]}
 
     async def give_back(self, source: int, n: int = 1) -> None:
         """``source`` returns ``n`` places (their outcomes were reported)."""
@@ -136,6 +139,7 @@ class Lender:
         self._told = self.limit.limit
         told = set(self.held) if changed else set(self._keeping) if contended else set()
         for source in told:
+            self._notices[source] += 1
             self._tell(source, {"op": "limit", "model": self.model, "limit": self._told,
                                 "keep": source in self._keeping and not contended})
         if contended:
@@ -156,6 +160,7 @@ class LeasedLimit(ConnectionLimit):
         self.adaptive, self._ask, self._notify, self._model = adaptive, ask, notify, model
         self._have = 0  # places leased (in use or kept)
         self._keep = False
+        self._notices = 0  # the parent's notices received
         self._outcomes: Counter[Outcome] = Counter()  # not yet reported
 
     async def acquire(self) -> None:
@@ -169,7 +174,11 @@ class LeasedLimit(ConnectionLimit):
             request.add_done_callback(self._granted_late)
             raise
         self._have, self._in_flight = self._have + 1, self._in_flight + 1
-        self._limit, self._keep = int(got["limit"]), bool(got["keep"])
+        # The reply is read before the notices told after it, but this resumes later: a notice read meanwhile
+        # (give the kept places back: another process waits) is newer than the reply's ``keep``, which would
+        # otherwise keep this worker's places while every other request waits for them.
+        if int(got["told"]) >= self._notices:
+            self._limit, self._keep = int(got["limit"]), bool(got["keep"])
 
     async def release(self, outcome: Outcome | None) -> None:
         self._in_flight -= 1
@@ -186,6 +195,7 @@ class LeasedLimit(ConnectionLimit):
 
     def told(self, limit: int, keep: bool) -> None:
         """The parent's notice: the limit now, and whether to keep freed places (if not, the kept go back)."""
+        self._notices += 1
         self._limit, self._keep = limit, keep
         if not keep:
             self._give_back(self._have - self._in_flight)
