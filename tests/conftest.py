@@ -197,12 +197,50 @@ def file_stamps(root: Path) -> dict[str, tuple[int, int, int, int]]:
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the group marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """A test over the demo's output is ``slow``: it needs the full demo run (once per session). All of them
-    run in one xdist worker (``--dist loadgroup``), so the demo runs once, not once per worker."""
+    run in one xdist worker (``--dist loadgroup``), so the demo runs once, not once per worker. The other
+    tests that share a built fixture are grouped by it too (:func:`_group_by_shared_fixtures`)."""
     for item in items:
         if "demo_run" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.slow)
             item.add_marker(pytest.mark.xdist_group("demo"))
+    _group_by_shared_fixtures(items)
     items.sort(key=lambda item: not _runs_early(item))  # stable: the order is kept within each part
+
+
+EVERY_TEST = frozenset({"_one_worker"})
+"""This conftest's autouse session fixtures: every test has them, so they group nothing."""
+
+
+def _shared_fixtures(item: pytest.Item) -> list[str]:
+    """The fixtures of the suite's own (in tests/) that ``item`` uses and that outlive one test (module-,
+    class-, package- or session-scoped, each built once per xdist worker that runs a test using it), each
+    named ``<module or folder>.<fixture>``."""
+    info = getattr(item, "_fixtureinfo", None)  # pytest's per-test fixture closure
+    if info is None:
+        return []
+    return [f"{Path(d.baseid.split('::')[0]).stem}.{name}" for name, chain in info.name2fixturedefs.items()
+            for d in chain[-1:] if d.scope != "function" and d.baseid.startswith("tests") and name not in EVERY_TEST]
+
+
+def _group_by_shared_fixtures(items: list[pytest.Item]) -> None:
+    """Put the tests without an xdist group that share a built fixture (directly or through a chain of
+    them, e.g. a module's fixture and the session's ``small_read``) in one group, so each such fixture is
+    built by one worker, once (loadgroup would split a module's tests between the workers, each building
+    the module's fixture again: the construction pipeline's cards, ~1.8 CPU-s, were built twice)."""
+    parent: dict[str, str] = {}
+
+    def root(key: str) -> str:
+        while parent.setdefault(key, key) != key:
+            key = parent[key]
+        return key
+
+    todo = [(item, keys) for item in items if item.get_closest_marker("xdist_group") is None
+            and (keys := _shared_fixtures(item))]
+    for _, keys in todo:
+        for key in keys[1:]:
+            parent[root(key)] = root(keys[0])
+    for item, keys in todo:
+        item.add_marker(pytest.mark.xdist_group(root(keys[0])))
 
 
 def _runs_early(item: pytest.Item) -> bool:
