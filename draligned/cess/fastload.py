@@ -18,11 +18,12 @@ from __future__ import annotations
 import os
 import threading
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Generator, Iterable
 from concurrent.futures import Future, ProcessPoolExecutor
+from contextlib import closing
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import orjson
@@ -125,16 +126,13 @@ def _check_chunk(text: bytes, first_line: int) -> tuple[LineChunk, dict[str, np.
     return chunk, arrays, count, error
 
 
-def _add_chunk(chunk: LineChunk, arrays: dict[str, np.ndarray], error: TrajectoryError | None, seen: set[str],
-               builder: ColumnBuilder) -> None:
-    """Add a checked chunk; raise its first problem in file order (an invalid line or a repeated id)."""
+def _raise_first(chunk: LineChunk, error: TrajectoryError | None, seen: set[str]) -> None:
+    """Raise a checked chunk's first problem in file order (an invalid line or a repeated id), if any."""
     duplicate = _first_duplicate(chunk.ids, chunk.lines, seen)
     if duplicate is not None and (error is None or duplicate.line < error.line):
         raise duplicate
     if error is not None:
         raise error
-    if chunk.ids:
-        builder.extend(chunk.ids, chunk.tasks, **arrays)
 
 
 def _read(path: Path, start: int, end: int) -> bytes:
@@ -157,11 +155,21 @@ def _ranges(path: Path) -> list[tuple[int, int]]:
 Checked = tuple[int, list[str], list[str], list[int], dict[str, np.ndarray], bool]
 """What a worker sends back for a range (:func:`_check_range`): its number of lines, then the ids, task ids,
 line numbers (from 1 in the range) and column arrays of its valid lines, and whether some line is invalid."""
+T = TypeVar("T")
+NO_TRAJECTORIES = "no trajectories (the file is empty or has only blank lines)"
+"""The error for a file without a trajectory (line 0, field ``<file>``)."""
+
+
+def checked_range(path: Path, start: int, end: int) -> tuple[LineChunk, dict[str, np.ndarray], int,
+                                                             TrajectoryError | None]:
+    """The valid lines of a range (numbered from 1) as a chunk and its column arrays, its number of
+    lines, and the full validator's error for its first invalid line (see :func:`_check_chunk`)."""
+    return _check_chunk(_read(path, start, end), 1)
 
 
 def _check_range(path: Path, start: int, end: int) -> Checked:
-    """One range checked, its lines numbered from 1 (run in a worker process: the parse holds the GIL)."""
-    chunk, arrays, count, error = _check_chunk(_read(path, start, end), 1)
+    """One range checked (run in a worker process: the parse holds the GIL)."""
+    chunk, arrays, count, error = checked_range(path, start, end)
     return count, chunk.ids, chunk.tasks, chunk.lines, arrays, error is not None
 
 
@@ -180,60 +188,73 @@ class _Workers:
         self.pool = ProcessPoolExecutor(workers, mp_context=get_context("fork"), initializer=keep_freed_memory)
         self.pool.submit(int)  # the first task forks every worker, then starts the pool's own thread
 
-    def submit(self, path: Path, start: int, end: int) -> Future[Checked]:
-        return self.pool.submit(_check_range, path, start, end)
+    def submit(self, task: Callable[[Path, int, int], T], path: Path, start: int, end: int) -> Future[T]:
+        return self.pool.submit(task, path, start, end)
 
     def close(self) -> None:
         self.pool.shutdown(cancel_futures=True)
+
+
+def in_ranges(path: Path, task: Callable[[Path, int, int], T], workers: int | None = None,
+              ) -> Generator[tuple[int, int, T], None, None]:
+    """Each range of about CHUNK_BYTES of the file, with ``task(path, start, end)`` of it, in file order.
+
+    The tasks run in ``workers`` processes (default: one per core; at most two ranges per worker ahead of
+    the caller: bounded memory) when the file has several ranges and this process has no other thread,
+    else here. ``task`` is a module-level function (or a partial of one): it is sent to the workers."""
+    ranges = _ranges(path)
+    workers = workers or os.cpu_count() or 1
+    if workers == 1 or len(ranges) < 2 or not forkable():
+        for start, end in ranges:
+            yield start, end, task(path, start, end)
+        return
+    pool = _Workers(workers)
+    try:
+        pending: deque[tuple[int, int, Future[T]]] = deque()
+        for start, end in ranges:
+            if len(pending) >= 2 * workers:
+                first, last, result = pending.popleft()
+                yield first, last, result.result()
+            pending.append((start, end, pool.submit(task, path, start, end)))
+        while pending:
+            first, last, result = pending.popleft()
+            yield first, last, result.result()
+    finally:
+        pool.close()
+
+
+def check_ids(path: Path, line: int, start: int, end: int, ids: list[str], lines: list[int], invalid: bool,
+              seen: set[str]) -> None:
+    """Raise the first problem of a range checked elsewhere, whose first line is ``line``: its ``ids`` at
+    ``lines`` (numbered from 1 in the range) repeating one already ``seen`` (then added to it), or, if it
+    has an invalid line, the error a single pass raises (the range is checked again here, numbered from
+    ``line``)."""
+    if invalid:
+        chunk, _, _, error = _check_chunk(_read(path, start, end), line)
+        _raise_first(chunk, error, seen)
+        raise AssertionError(f"lines {line}+: the range was invalid in a worker and valid here")
+    duplicate = _first_duplicate(ids, lines, seen, line - 1)
+    if duplicate is not None:
+        raise duplicate
 
 
 def load_columns(path: str | Path, workers: int | None = None) -> TrajectoryColumns:
     """Read and validate a JSON Lines trajectory file as columns (the rules and errors of
     :func:`draligned.cess.trajectory.load_trajectories`, including refusing a file with no trajectory).
 
-    Ranges of about CHUNK_BYTES are checked in ``workers`` processes (default: one per core) when the file
-    has several ranges and this process has no other thread, else here; results are added in file order,
-    and a range with an invalid line is checked again here, numbered from its real first line, so the
-    error is the one a single pass of :func:`~draligned.cess.trajectory.load_trajectories` raises.
+    Ranges of about CHUNK_BYTES are checked in ``workers`` processes (:func:`in_ranges`); results are
+    added in file order, and a range with an invalid line is checked again here, numbered from its real
+    first line, so the error is the one a single pass of
+    :func:`~draligned.cess.trajectory.load_trajectories` raises.
     """
     path = Path(path)
     builder, seen, line = ColumnBuilder(), set[str](), 1
-    ranges = _ranges(path)
-    workers = workers or os.cpu_count() or 1
-    if workers == 1 or len(ranges) < 2 or not forkable():
-        for start, end in ranges:
-            chunk, arrays, count, error = _check_chunk(_read(path, start, end), line)
-            _add_chunk(chunk, arrays, error, seen, builder)
+    with closing(in_ranges(path, _check_range, workers)) as ranges:
+        for start, end, (count, ids, tasks, lines, arrays, invalid) in ranges:
+            check_ids(path, line, start, end, ids, lines, invalid, seen)
+            if ids:
+                builder.extend(ids, tasks, **arrays)
             line += count
-    else:
-        pool = _Workers(workers)
-        try:
-            pending: deque[tuple[int, int, Future[Checked]]] = deque()
-            for start, end in [*ranges, (0, 0)]:
-                while pending and (end == 0 or len(pending) >= 2 * workers):  # bounded memory, file order
-                    first, last, result = pending.popleft()
-                    line = _add_range(path, line, first, last, result.result(), seen, builder)
-                if end:
-                    pending.append((start, end, pool.submit(path, start, end)))
-        finally:
-            pool.close()
     if not builder.ids:
-        raise TrajectoryError(0, "<file>", "no trajectories (the file is empty or has only blank lines)")
+        raise TrajectoryError(0, "<file>", NO_TRAJECTORIES)
     return builder.build()
-
-
-def _add_range(path: Path, line: int, start: int, end: int, result: Checked, seen: set[str],
-               builder: ColumnBuilder) -> int:
-    """Add a worker's range whose first line is ``line``; the first line after it. A range with an invalid
-    line is checked again here, numbered from its real first line, to raise its error."""
-    count, ids, tasks, lines, arrays, invalid = result
-    if invalid:  # raises the range's first problem
-        chunk, arrays, _, error = _check_chunk(_read(path, start, end), line)
-        _add_chunk(chunk, arrays, error, seen, builder)
-        return line + count
-    duplicate = _first_duplicate(ids, lines, seen, line - 1)
-    if duplicate is not None:
-        raise duplicate
-    if ids:
-        builder.extend(ids, tasks, **arrays)
-    return line + count

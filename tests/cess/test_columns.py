@@ -274,9 +274,9 @@ def test_ranges_are_checked_in_worker_processes_unless_the_caller_has_threads(
     sent: list[tuple[int, int]] = []
     submit = fastload._Workers.submit
 
-    def spy(self: Any, path: Path, start: int, end: int) -> Any:
+    def spy(self: Any, task: Any, path: Path, start: int, end: int) -> Any:
         sent.append((start, end))
-        return submit(self, path, start, end)
+        return submit(self, task, path, start, end)
     monkeypatch.setattr(fastload._Workers, "submit", spy)
     forkable = fastload.forkable
     monkeypatch.setattr(fastload, "forkable", lambda: True)  # whatever threads the test run has left
