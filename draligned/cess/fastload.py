@@ -15,6 +15,7 @@ validator accepts it. The fast checks accept nothing the full validator rejects:
 
 from __future__ import annotations
 
+import gc
 import os
 import threading
 from collections import deque
@@ -31,7 +32,7 @@ import orjson
 from draligned.cess import line_chunk
 from draligned.cess.columns import ColumnBuilder, TrajectoryColumns
 from draligned.cess.heap import keep_freed_memory
-from draligned.cess.line_chunk import LineChunk, brackets
+from draligned.cess.line_chunk import LineChunk
 from draligned.cess.trajectory import TrajectoryError, parse_trajectory
 
 CHUNK_BYTES = 16 << 20
@@ -64,29 +65,23 @@ def _first_duplicate(ids: list[str], lines: Iterable[int], seen: set[str], offse
     return None
 
 
-def _gather(text: bytes, first_line: int, counted: bool = False,
-            ) -> tuple[LineChunk, list[tuple[int, int]], int, TrajectoryError | None]:
-    """The lines of a chunk up to the first one the full validator rejects: the chunk, where each gathered
-    line is in ``text``, the number of lines looked at, and the error. Lines end at ``\n`` (as a binary
-    file's lines do). Unless ``counted``, the ``[`` are counted once for the chunk (see
-    :meth:`LineChunk.take_line`); when they differ from the arrays read, or a line is invalid, the chunk is
-    gathered again counting them per line."""
-    chunk, spans, start, count, declined = LineChunk(), list[tuple[int, int]](), 0, 0, 0
+def _gather(text: bytes, first_line: int) -> tuple[LineChunk, int, TrajectoryError | None]:
+    """The lines of a chunk up to the first one the full validator rejects: the chunk, the number of lines
+    looked at, and the error. Lines end at ``\n`` (as a binary file's lines do)."""
+    chunk, start, count = LineChunk(), 0, 0
     while start < len(text):
         if line_chunk.compiled_walk is not None:
-            start, taken = chunk.take_lines(text, start, first_line + count, spans, counted)
+            start, taken = chunk.take_lines(text, start, first_line + count)
             count += taken
             if start >= len(text):
                 break
         end = text.find(b"\n", start) + 1 or len(text)
         number, count, span = first_line + count, count + 1, (start, end)
         start = end
-        if chunk.take_line(text, *span, counted):  # parsed in place: the line's text is cut only if it is declined
+        if chunk.take_line(text, *span):  # parsed in place: the line's text is cut only if it is declined
             chunk.lines.append(number)
-            spans.append(span)
             continue
         raw = text[span[0]:span[1]]
-        declined += raw.count(b"[")
         if not raw.strip():
             continue
         try:
@@ -97,29 +92,29 @@ def _gather(text: bytes, first_line: int, counted: bool = False,
             try:  # doubtful line: the full validator decides, and names what is wrong
                 checked = _full_check(raw, number)
             except TrajectoryError as exc:
-                return (chunk, spans, count, exc) if counted else _gather(text, first_line, counted=True)
+                return chunk, count, exc
             if checked is None:  # blank but for Unicode whitespace
                 continue
             if not chunk.take(checked, None):
                 raise AssertionError(f"line {number}: the shape checks reject a record the full validator accepts")
         chunk.lines.append(number)
-        spans.append(span)
-    if not counted and chunk.arrays + declined != brackets(text):  # a nested array, or a "[" in a string
-        return _gather(text, first_line, counted=True)
-    return chunk, spans, count, None
+    return chunk, count, None
 
 
 def _check_chunk(text: bytes, first_line: int) -> tuple[LineChunk, dict[str, np.ndarray], int, TrajectoryError | None]:
     """The chunk's valid lines as arrays, its number of lines, and the full validator's error for its first
     invalid line."""
-    chunk, spans, count, error = _gather(text, first_line)
+    chunk, count, error = _gather(text, first_line)
     bad, arrays = chunk.check() if chunk.ids else (np.zeros(0, bool), {})
-    for i in np.nonzero(bad)[0].tolist():
-        line, (start, end) = chunk.lines[i], spans[i]
+    suspects = np.nonzero(bad)[0].tolist()
+    ends = np.flatnonzero(np.frombuffer(text, np.uint8) == 0x0A) + 1 if suspects else None  # each line's end
+    for i in suspects:
+        line = chunk.lines[i]
         if error is not None and line > error.line:
             break
+        k = line - first_line
         try:
-            _full_check(text[start:end], line)
+            _full_check(text[ends[k - 1] if k else 0:ends[k] if k < len(ends) else len(text)], line)
         except TrajectoryError as exc:
             error = exc
             break
@@ -186,7 +181,11 @@ class _Workers:
 
     def __init__(self, workers: int) -> None:
         self.pool = ProcessPoolExecutor(workers, mp_context=get_context("fork"), initializer=keep_freed_memory)
-        self.pool.submit(int)  # the first task forks every worker, then starts the pool's own thread
+        gc.freeze()  # the workers' collections skip what they inherit: its pages stay shared, not copied
+        try:
+            self.pool.submit(int)  # the first task forks every worker, then starts the pool's own thread
+        finally:
+            gc.unfreeze()
 
     def submit(self, task: Callable[[Path, int, int], T], path: Path, start: int, end: int) -> Future[T]:
         return self.pool.submit(task, path, start, end)
