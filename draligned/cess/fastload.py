@@ -107,7 +107,7 @@ def _check_chunk(text: bytes, first_line: int) -> tuple[LineChunk, dict[str, np.
     chunk, count, error = _gather(text, first_line)
     bad, arrays = chunk.check() if chunk.ids else (np.zeros(0, bool), {})
     suspects = np.nonzero(bad)[0].tolist()
-    ends = np.flatnonzero(np.frombuffer(text, np.uint8) == 0x0A) + 1 if suspects else None  # each line's end
+    ends = np.flatnonzero(np.frombuffer(text, np.uint8) == 0x0A) + 1 if suspects else np.zeros(0, np.int64)  # line ends
     for i in suspects:
         line = chunk.lines[i]
         if error is not None and line > error.line:
