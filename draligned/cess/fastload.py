@@ -136,12 +136,13 @@ def _read(path: Path, start: int, end: int) -> bytes:
         return handle.read(end - start)
 
 
-def _ranges(path: Path) -> list[tuple[int, int]]:
-    """Byte ranges of about CHUNK_BYTES that end at a line end."""
-    size, bounds = path.stat().st_size, [0]
+def ranges(path: Path, chunk: int | None = None, start: int = 0, end: int | None = None) -> list[tuple[int, int]]:
+    """Byte ranges of about ``chunk`` bytes (default CHUNK_BYTES) that end at a line end, from ``start`` (a
+    line start) to ``end`` (a line end; default the file's end)."""
+    size, bounds, chunk = path.stat().st_size if end is None else end, [start], chunk or CHUNK_BYTES
     with path.open("rb") as handle:
-        while bounds[-1] + CHUNK_BYTES < size:
-            handle.seek(bounds[-1] + CHUNK_BYTES)
+        while bounds[-1] + chunk < size:
+            handle.seek(bounds[-1] + chunk)
             handle.readline()
             bounds.append(min(handle.tell(), size))
     return [(a, b) for a, b in zip(bounds, [*bounds[1:], size], strict=True) if a < b]
@@ -155,11 +156,11 @@ NO_TRAJECTORIES = "no trajectories (the file is empty or has only blank lines)"
 """The error for a file without a trajectory (line 0, field ``<file>``)."""
 
 
-def checked_range(path: Path, start: int, end: int) -> tuple[LineChunk, dict[str, np.ndarray], int,
-                                                             TrajectoryError | None]:
-    """The valid lines of a range (numbered from 1) as a chunk and its column arrays, its number of
-    lines, and the full validator's error for its first invalid line (see :func:`_check_chunk`)."""
-    return _check_chunk(_read(path, start, end), 1)
+def checked_range(path: Path, start: int, end: int, first_line: int = 1,
+                  ) -> tuple[LineChunk, dict[str, np.ndarray], int, TrajectoryError | None]:
+    """The valid lines of a range (numbered from ``first_line``) as a chunk and its column arrays, its
+    number of lines, and the full validator's error for its first invalid line (see :func:`_check_chunk`)."""
+    return _check_chunk(_read(path, start, end), first_line)
 
 
 def _check_range(path: Path, start: int, end: int) -> Checked:
@@ -194,23 +195,24 @@ class _Workers:
         self.pool.shutdown(cancel_futures=True)
 
 
-def in_ranges(path: Path, task: Callable[[Path, int, int], T], workers: int | None = None,
+def in_ranges(path: Path, task: Callable[[Path, int, int], T], workers: int | None = None, chunk: int | None = None,
               ) -> Generator[tuple[int, int, T], None, None]:
-    """Each range of about CHUNK_BYTES of the file, with ``task(path, start, end)`` of it, in file order.
+    """Each range of about ``chunk`` bytes (default CHUNK_BYTES) of the file, with ``task(path, start, end)``
+    of it, in file order.
 
     The tasks run in ``workers`` processes (default: one per core; at most two ranges per worker ahead of
     the caller: bounded memory) when the file has several ranges and this process has no other thread,
     else here. ``task`` is a module-level function (or a partial of one): it is sent to the workers."""
-    ranges = _ranges(path)
+    spans = ranges(path, chunk)
     workers = workers or os.cpu_count() or 1
-    if workers == 1 or len(ranges) < 2 or not forkable():
-        for start, end in ranges:
+    if workers == 1 or len(spans) < 2 or not forkable():
+        for start, end in spans:
             yield start, end, task(path, start, end)
         return
     pool = _Workers(workers)
     try:
         pending: deque[tuple[int, int, Future[T]]] = deque()
-        for start, end in ranges:
+        for start, end in spans:
             if len(pending) >= 2 * workers:
                 first, last, result = pending.popleft()
                 yield first, last, result.result()
@@ -248,8 +250,8 @@ def load_columns(path: str | Path, workers: int | None = None) -> TrajectoryColu
     """
     path = Path(path)
     builder, seen, line = ColumnBuilder(), set[str](), 1
-    with closing(in_ranges(path, _check_range, workers)) as ranges:
-        for start, end, (count, ids, tasks, lines, arrays, invalid) in ranges:
+    with closing(in_ranges(path, _check_range, workers)) as checked:
+        for start, end, (count, ids, tasks, lines, arrays, invalid) in checked:
             check_ids(path, line, start, end, ids, lines, invalid, seen)
             if ids:
                 builder.extend(ids, tasks, **arrays)

@@ -10,6 +10,7 @@ step as the Parquet row groups of :mod:`draligned.cess.parquet_lines`).
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 
 import duckdb
 import numpy as np
@@ -34,11 +35,12 @@ class PartConnection(threading.local):
         return self.con
 
 
-def part_lines(ids: list[str], tasks: list[str], arrays: dict[str, np.ndarray], lam: float,
+def part_lines(parts: Iterable[tuple[list[str], list[str], dict[str, np.ndarray]]], lam: float,
                connection: PartConnection) -> Lines:
-    """The lines of a checked part: its trajectories' ids, task ids and column arrays (named as
-    :meth:`ColumnBuilder.extend` takes them), estimated with ``lam``."""
+    """The lines of a checked part, given in pieces: each its trajectories' ids, task ids and column
+    arrays (named as :meth:`ColumnBuilder.extend` takes them), estimated with ``lam``."""
     builder = ColumnBuilder()
-    builder.extend(ids, tasks, **arrays)
+    for ids, tasks, arrays in parts:
+        builder.extend(ids, tasks, **arrays)
     cols = builder.build()
     return list(json_lines(cols, estimate_columns(cols, lam), connection.get()))

@@ -14,7 +14,7 @@ import pytest
 from draligned.cess import fastload
 from draligned.cess.column_estimators import estimate_columns
 from draligned.cess.json_lines import json_lines
-from draligned.cess.jsonl_lines import jsonl_lines
+from draligned.cess.jsonl_lines import CHUNKS_PER_RANGE, jsonl_lines
 from draligned.cess.trajectory import PROB_SUM_MARGIN, PROB_SUM_TOLERANCE, TrajectoryError, load_trajectories
 from draligned.cli import main
 from tests.cess.test_columns import varied_trajectory
@@ -40,7 +40,7 @@ def records() -> list[dict[str, Any]]:
 
 @pytest.fixture
 def many_ranges(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(fastload, "CHUNK_BYTES", 2_000)  # about four lines per range
+    monkeypatch.setattr(fastload, "CHUNK_BYTES", 500)  # about four lines per range of the pipeline's
     monkeypatch.setattr(fastload, "forkable", lambda: True)  # whatever threads the test run has left
 
 
@@ -50,7 +50,7 @@ def test_the_ranges_lines_are_the_whole_files_lines(tmp_path: Path, records: lis
     near = copy.deepcopy(VALID) | {"trajectory_id": "near"}  # suspect to the numpy checks, kept by the validator
     near["rounds"][0]["probs"][0] += PROB_SUM_TOLERANCE - PROB_SUM_MARGIN / 2
     path = _write(tmp_path, [*records[:40], near, "", " " + json.dumps(records[40]), *records[41:]])
-    assert len(fastload._ranges(path)) > 15
+    assert len(fastload.ranges(path, CHUNKS_PER_RANGE * fastload.CHUNK_BYTES)) > 15
     whole = _whole(path, 0.3)
     assert len(whole.splitlines()) == 91 and b'"support_interval":[' in whole and b'"trajectory_id":"near"' in whole
     assert b"".join(jsonl_lines(path, 0.3, workers)) == whole

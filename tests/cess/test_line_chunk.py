@@ -250,7 +250,7 @@ def test_a_bad_line_in_a_worker_range_names_its_line_and_field(
     records: list[Any] = [varied_trajectory(rng, i) for i in range(40)]
     records[23:23] = ["", line.replace('"t1"', '"bad"'), "\r"]  # a blank line before it: numbering stays exact
     path = _write(tmp_path, records)
-    assert len(fastload._ranges(path)) > 5
+    assert len(fastload.ranges(path)) > 5
     with pytest.raises(TrajectoryError) as slow:
         load_trajectories(path)
     for workers in (2, 1):
