@@ -1,7 +1,8 @@
 """Load a JSON Lines trajectory file into :class:`TrajectoryColumns`, validating every line fast.
 
 The file is cut into ranges of about CHUNK_BYTES at line ends, checked in worker processes (one per
-core) and added in file order. In a range each line is parsed by simdjson and walked in C++ when the
+core, :func:`in_ranges`, which the ``--json`` pipeline :mod:`draligned.cess.jsonl_lines` shares) and
+added in file order. In a range each line is parsed by simdjson and walked in C++ when the
 optional extension is built (:meth:`LineChunk.take_lines`); a line it declines (or every line, without
 it) is walked in Python (:meth:`LineChunk.take_line`: no Python object per number), or, when that cannot
 read it, parsed by orjson (:meth:`LineChunk.take`), and checked by the shape checks; then, per range, by
