@@ -16,14 +16,12 @@ validator accepts it. The fast checks accept nothing the full validator rejects:
 
 from __future__ import annotations
 
-import gc
 import os
 import threading
 from collections import deque
 from collections.abc import Callable, Generator, Iterable
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import Future
 from contextlib import closing
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -35,6 +33,7 @@ from draligned.cess.columns import ColumnBuilder, TrajectoryColumns
 from draligned.cess.heap import keep_freed_memory
 from draligned.cess.line_chunk import LineChunk
 from draligned.cess.trajectory import TrajectoryError, parse_trajectory
+from draligned.forked import fork_pool
 
 CHUNK_BYTES = 16 << 20
 """Lines are read, parsed and checked in ranges of about this many bytes (bounded memory)."""
@@ -177,17 +176,10 @@ def forkable() -> bool:
 
 
 class _Workers:
-    """Worker processes that check ranges. They are forked at once, before the pool's own thread starts
-    (a fork copies other threads' locks in an unknown state; spawned workers would import the caller's
-    main module again); idle, they share their pages with this process."""
+    """Worker processes that check ranges (:func:`draligned.forked.fork_pool`: forked at once)."""
 
     def __init__(self, workers: int) -> None:
-        self.pool = ProcessPoolExecutor(workers, mp_context=get_context("fork"), initializer=keep_freed_memory)
-        gc.freeze()  # the workers' collections skip what they inherit: its pages stay shared, not copied
-        try:
-            self.pool.submit(int)  # the first task forks every worker, then starts the pool's own thread
-        finally:
-            gc.unfreeze()
+        self.pool = fork_pool(workers, keep_freed_memory)
 
     def submit(self, task: Callable[[Path, int, int], T], path: Path, start: int, end: int) -> Future[T]:
         return self.pool.submit(task, path, start, end)
