@@ -24,7 +24,8 @@ from draligned.cess.part_lines import PartConnection, part_lines
 from draligned.cess.trajectory import TrajectoryError
 
 _CONNECTION = PartConnection()
-"""This process's DuckDB connection for the lines (a forked worker makes its own on its first range)."""
+"""The DuckDB connection for the lines: a worker's, kept for its next ranges (made on its first), or this
+process's while :func:`jsonl_lines` writes every range here (closed when it returns)."""
 
 CHUNKS_PER_RANGE = 4
 """A worker's range is this many of the loader's chunks (:data:`~draligned.cess.fastload.CHUNK_BYTES`, each
@@ -61,12 +62,15 @@ def jsonl_lines(path: str | Path, lam: float, workers: int | None = None) -> Ite
         raise ValueError(f"lambda must lie in [0, 1], got {lam}")
     path, done, seen, line = Path(path), list[bytes](), set[str](), 1
     size = CHUNKS_PER_RANGE * fastload.CHUNK_BYTES
-    with closing(in_ranges(path, partial(_range_lines, lam), workers, size)) as written:
-        for start, end, (count, ids, lines, text) in written:
-            check_ids(path, line, start, end, ids, lines, text is None, seen)
-            if text:
-                done.append(text)
-            line += count
+    try:
+        with closing(in_ranges(path, partial(_range_lines, lam), workers, size)) as written:
+            for start, end, (count, ids, lines, text) in written:
+                check_ids(path, line, start, end, ids, lines, text is None, seen)
+                if text:
+                    done.append(text)
+                line += count
+    finally:
+        _CONNECTION.close()  # made here when the ranges were written here: a later call may fork
     if not seen:
         raise TrajectoryError(0, "<file>", NO_TRAJECTORIES)
     return iter(done)

@@ -25,7 +25,7 @@ Lines = list[bytes | memoryview]
 
 class PartConnection(threading.local):
     """Each thread's DuckDB connection for the lines (one thread each: the caller uses the cores), made on
-    its first use (a connection costs 30-50 ms of CPU; a forked worker makes its own)."""
+    its first use (a connection costs 30-50 ms of CPU)."""
 
     con: duckdb.DuckDBPyConnection | None = None
 
@@ -33,6 +33,13 @@ class PartConnection(threading.local):
         if self.con is None:
             self.con = duckdb.connect(config={"threads": 1})
         return self.con
+
+    def close(self) -> None:
+        """Close this thread's connection, if it made one (a process must not fork holding one: DuckDB's
+        copy in the child hangs when it is used or closed)."""
+        if self.con is not None:
+            self.con.close()
+            self.con = None
 
 
 def part_lines(parts: Iterable[tuple[list[str], list[str], dict[str, np.ndarray]]], lam: float,

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from draligned.cess import fastload
+from draligned.cess import jsonl_lines as jsonl_lines_module
 from draligned.cess.column_estimators import estimate_columns
 from draligned.cess.json_lines import json_lines
 from draligned.cess.jsonl_lines import CHUNKS_PER_RANGE, jsonl_lines
@@ -54,6 +55,7 @@ def test_the_ranges_lines_are_the_whole_files_lines(tmp_path: Path, records: lis
     whole = _whole(path, 0.3)
     assert len(whole.splitlines()) == 91 and b'"support_interval":[' in whole and b'"trajectory_id":"near"' in whole
     assert b"".join(jsonl_lines(path, 0.3, workers)) == whole
+    assert jsonl_lines_module._CONNECTION.con is None  # none left open here for a later call's fork to copy
     assert b"".join(jsonl_lines(path, 0.9, workers)) != whole  # lambda is passed on
 
 
