@@ -22,7 +22,8 @@ PACKAGE = ROOT / "draligned"
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (  # bottom first: (layer, its parts as module prefixes)
     ("records · hashing · cards · cess estimators",
      ("draligned", "draligned.records", "draligned.hashing", "draligned.strict_json", "draligned.data",
-      "draligned.backoff", "draligned.tls", "draligned.lru", "draligned.cards", "draligned.harness", "draligned.cess")),
+      "draligned.backoff", "draligned.tls", "draligned.lru", "draligned.forked", "draligned.cards", "draligned.harness",
+      "draligned.cess")),
     ("archive", ("draligned.archive",)),
     ("models · tools", ("draligned.models", "draligned.tools", "draligned.sandbox")),
     ("executors", ("draligned.executors",)),

@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import multiprocessing
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -24,6 +23,7 @@ from pydantic import ValidationError
 
 from draligned.archive.store import Archive, is_stale_temp, stale_temp_files
 from draligned.archive.tables import ArchiveTables
+from draligned.forked import fork_pool
 from draligned.hashing import sha256_bytes, sha256_json
 from draligned.records import RunRecord
 
@@ -104,8 +104,7 @@ def shared_workers(wanted: bool = True) -> Iterator[None]:
         finally:
             _HERE.pop()
         return
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
-        pool.submit(int).result()  # forks every worker now (a fork pool starts them all at its first task)
+    with fork_pool(workers) as pool:
         _POOL.append(pool)
         try:
             yield
@@ -233,7 +232,7 @@ def in_chunks(check: Callable[[list[Item]], R], items: list[Item], at_least: flo
 
 def _own_pool(check: Callable[[list[Item]], R], chunks: list[list[Item]], workers: int) -> Iterator[R]:
     """``check`` over ``chunks`` in a pool of ``workers`` forked processes, results in order."""
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+    with fork_pool(workers) as pool:
         yield from pool.map(check, chunks)
 
 

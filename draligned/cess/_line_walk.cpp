@@ -1,6 +1,7 @@
 // The compiled walk of draligned.cess.line_chunk: a JSON Lines range read line by line with simdjson's DOM
 // (the parse pysimdjson wraps, same version: its simdjson.h/simdjson.cpp, found by setup.py), each line
-// either gathered straight into a LineChunk's lists or declined (then the Python paths judge it as before).
+// either gathered (its ids and span into a LineChunk's lists, its numbers into one buffer per field for the
+// whole run of lines) or declined (then the Python paths judge it as before).
 //
 // A line is gathered only when it has exactly the canonical shape LineChunk.take_line accepts: an object of
 // the five required fields and optionally "ranking" (a string of the enum), each named once; a pool of
@@ -8,7 +9,9 @@
 // object of probs (n numbers), chosen (a pool id), stop_prob (a number) and optionally y (a number). Anything
 // else is declined: a backslash anywhere on the line (escapes), null, a big integer (simdjson's BIGINT_ERROR),
 // a nested array, an integer above INT64_MAX, a byte-order mark, a line not starting with '{'.
-// Numbers are converted as pysimdjson's as_buffer(of_type="d") converts them: simdjson's get_double.
+// Numbers are converted as pysimdjson's as_buffer(of_type="d") converts them: simdjson's get_double. Every
+// value is read as its type (each array item as a number, a string or an object), so a nested array is
+// declined here, not flattened: unlike Python's walk, this one needs no count of the line's '['.
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -28,7 +31,7 @@ namespace {
 using simdjson::dom::element;
 using simdjson::dom::element_type;
 
-enum Out { LINES, SPANS, IDS, TASKS, BUDGET, N_DOCS, N_ROUNDS, DOC_Y, DOC_M, PROBS, CHOSEN, STOP, ROUND_Y, N_OUT };
+enum Out { LINES, IDS, TASKS, N_OUT };
 
 struct Line {
   std::string_view tid, task;
@@ -37,11 +40,9 @@ struct Line {
   std::vector<double> doc_y, doc_m, probs, stop, round_y;
   std::vector<std::pair<std::string_view, int64_t>> ids;  // sorted by id, for distinctness and lookup
   std::vector<int64_t> chosen;
-  size_t arrays = 0;
 
   void clear() {  // keeps the vectors' storage for the next line
     doc_y.clear(), doc_m.clear(), probs.clear(), stop.clear(), round_y.clear(), ids.clear(), chosen.clear();
-    arrays = 0;
   }
 };
 
@@ -111,7 +112,6 @@ bool pool(element value, Line &line) {
   } else {
     line.doc_m.assign(line.n, 0.0);
   }
-  line.arrays = 1 + bool(seen & 2) + bool(seen & 4);
   return true;
 }
 
@@ -150,13 +150,30 @@ bool walk(element doc, Line &line) {
   if (!pool(pool_value, line)) return false;
   for (element value : rounds)
     if (!round(value, line)) return false;
-  line.arrays += 1 + line.chosen.size();  // rounds, and each round's probs
   return true;
 }
 
-PyObject *doubles(const std::vector<double> &values) {
-  return PyBytes_FromStringAndSize(reinterpret_cast<const char *>(values.data()),
-                                   Py_ssize_t(values.size() * sizeof(double)));
+// The numbers of the lines gathered by one call, in line order, handed over as one buffer per field.
+struct Gathered {
+  std::vector<double> budget, doc_y, doc_m, probs, stop, round_y;
+  std::vector<int64_t> n_docs, n_rounds, chosen;
+
+  void add(const Line &line) {
+    budget.push_back(double(line.budget));
+    n_docs.push_back(int64_t(line.n));
+    n_rounds.push_back(int64_t(line.chosen.size()));
+    doc_y.insert(doc_y.end(), line.doc_y.begin(), line.doc_y.end());
+    doc_m.insert(doc_m.end(), line.doc_m.begin(), line.doc_m.end());
+    probs.insert(probs.end(), line.probs.begin(), line.probs.end());
+    chosen.insert(chosen.end(), line.chosen.begin(), line.chosen.end());
+    stop.insert(stop.end(), line.stop.begin(), line.stop.end());
+    round_y.insert(round_y.end(), line.round_y.begin(), line.round_y.end());
+  }
+};
+
+template <typename T>
+PyObject *buffer(const std::vector<T> &values) {
+  return PyBytes_FromStringAndSize(reinterpret_cast<const char *>(values.data()), Py_ssize_t(values.size() * sizeof(T)));
 }
 
 // Append one object (a new reference, stolen) to a list; false with a Python error set on failure.
@@ -167,33 +184,21 @@ bool append(PyObject *list, PyObject *item) {
   return failed == 0;
 }
 
-bool gather(PyObject *const *out, const Line &line, Py_ssize_t number, Py_ssize_t start, Py_ssize_t end) {
-  if (!append(out[LINES], PyLong_FromSsize_t(number)) || !append(out[SPANS], Py_BuildValue("(nn)", start, end))
-      || !append(out[IDS], PyUnicode_DecodeUTF8(line.tid.data(), Py_ssize_t(line.tid.size()), "strict"))
-      || !append(out[TASKS], PyUnicode_DecodeUTF8(line.task.data(), Py_ssize_t(line.task.size()), "strict"))
-      || !append(out[BUDGET], PyLong_FromLongLong(line.budget)) || !append(out[N_DOCS], PyLong_FromSize_t(line.n))
-      || !append(out[N_ROUNDS], PyLong_FromSize_t(line.chosen.size())) || !append(out[DOC_Y], doubles(line.doc_y))
-      || !append(out[DOC_M], doubles(line.doc_m)) || !append(out[PROBS], doubles(line.probs)))
-    return false;
-  for (size_t r = 0; r < line.chosen.size(); r++) {
-    PyObject *score = line.round_y[r] == line.round_y[r] ? PyFloat_FromDouble(line.round_y[r]) : Py_NewRef(Py_None);
-    if (!append(out[CHOSEN], PyLong_FromLongLong(line.chosen[r])) || !append(out[STOP], PyFloat_FromDouble(line.stop[r]))
-        || !append(out[ROUND_Y], score))
-      return false;
-  }
-  return true;
+bool gather(PyObject *const *out, const Line &line, Py_ssize_t number) {
+  return append(out[LINES], PyLong_FromSsize_t(number))
+         && append(out[IDS], PyUnicode_DecodeUTF8(line.tid.data(), Py_ssize_t(line.tid.size()), "strict"))
+         && append(out[TASKS], PyUnicode_DecodeUTF8(line.task.data(), Py_ssize_t(line.task.size()), "strict"));
 }
 
 thread_local simdjson::dom::parser parser;
 
-// take_lines(text, start, number, counted, out) -> (next start, lines taken, arrays)
+// take_lines(text, start, number, out) -> (next start, lines taken, numbers)
 PyObject *take_lines(PyObject *, PyObject *args) {
   PyObject *bytes, *lists;
   Py_ssize_t start, number;
-  int counted;
-  if (!PyArg_ParseTuple(args, "SnnpO!", &bytes, &start, &number, &counted, &PyTuple_Type, &lists)) return nullptr;
+  if (!PyArg_ParseTuple(args, "SnnO!", &bytes, &start, &number, &PyTuple_Type, &lists)) return nullptr;
   if (PyTuple_GET_SIZE(lists) != N_OUT) {
-    PyErr_SetString(PyExc_ValueError, "out must be a tuple of 13 lists");
+    PyErr_SetString(PyExc_ValueError, "out must be a tuple of 3 lists");
     return nullptr;
   }
   PyObject *const *out = &PyTuple_GET_ITEM(lists, 0);
@@ -204,8 +209,8 @@ PyObject *take_lines(PyObject *, PyObject *args) {
     }
   const char *data = PyBytes_AS_STRING(bytes);
   Py_ssize_t size = PyBytes_GET_SIZE(bytes), taken = 0;
-  size_t arrays = 0;
   Line line;
+  Gathered numbers;
   while (start >= 0 && start < size && data[start] == '{') {
     const char *nl = static_cast<const char *>(std::memchr(data + start, '\n', size_t(size - start)));
     Py_ssize_t end = nl ? nl - data + 1 : size;
@@ -217,20 +222,22 @@ PyObject *take_lines(PyObject *, PyObject *args) {
     if (parser.parse(data + start, length, !in_place).get(doc)) break;
     line.clear();
     if (!walk(doc, line)) break;
-    if (counted && size_t(std::count(data + start, data + end, '[')) != line.arrays) break;
-    if (!gather(out, line, number + taken, start, end)) return nullptr;
-    arrays += line.arrays;
+    if (!gather(out, line, number + taken)) return nullptr;
+    numbers.add(line);
     taken++;
     start = end;
   }
-  return Py_BuildValue("(nnn)", start, taken, Py_ssize_t(arrays));
+  return Py_BuildValue("(nn(NNNNNNNNN))", start, taken, buffer(numbers.budget), buffer(numbers.n_docs),
+                       buffer(numbers.n_rounds), buffer(numbers.doc_y), buffer(numbers.doc_m), buffer(numbers.probs),
+                       buffer(numbers.chosen), buffer(numbers.stop), buffer(numbers.round_y));
 }
 
 PyMethodDef methods[] = {
     {"take_lines", take_lines, METH_VARARGS,
-     "take_lines(text, start, number, counted, out) -> (start, taken, arrays): gather the lines of text from byte "
-     "start (numbered from number) into the 13 lists of out while they have the canonical shape; stop at the first "
-     "declined line, at the returned start."},
+     "take_lines(text, start, number, out) -> (start, taken, numbers): gather the lines of text from byte start "
+     "(numbered from number) while they have the canonical shape, their numbers, ids and task ids into the 3 "
+     "lists of out, their numbers as 9 buffers (budget, n_docs, n_rounds, doc_y, doc_m, probs, chosen, stop, "
+     "round_y; float64 or int64); stop at the first declined line, at the returned start."},
     {nullptr, nullptr, 0, nullptr}};
 
 PyModuleDef module = {PyModuleDef_HEAD_INIT, "_line_walk", "The compiled walk of draligned.cess.line_chunk.", -1,

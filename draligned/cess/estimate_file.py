@@ -28,16 +28,15 @@ def load_file(path: Path, fmt: Format) -> TrajectoryColumns:
 
 def estimate_lines(path: Path, fmt: Format, lam: float) -> Iterator[bytes | memoryview]:
     """The ``--json`` lines of the file's estimates, in pieces of bytes. The file is read and checked by
-    the call (it raises as :func:`load_file` does); a Parquet file goes through one pipeline over its row
-    groups on every core (:mod:`draligned.cess.parquet_lines`), which keeps only the lines."""
+    the call (it raises as :func:`load_file` does); either format goes through one pipeline over the
+    file's parts on every core (:mod:`draligned.cess.parquet_lines` over row groups,
+    :mod:`draligned.cess.jsonl_lines` over ranges), which keeps only the lines."""
     if fmt == "parquet":
         _reading_parquet()
         from draligned.cess.parquet_lines import parquet_lines
         return parquet_lines(path, lam)
-    from draligned.cess.column_estimators import estimate_columns
-    from draligned.cess.json_lines import json_lines
-    columns = load_file(path, fmt)
-    return json_lines(columns, estimate_columns(columns, lam))
+    from draligned.cess.jsonl_lines import jsonl_lines
+    return jsonl_lines(path, lam)
 
 
 def _reading_parquet() -> None:

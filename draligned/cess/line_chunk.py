@@ -46,6 +46,11 @@ _RANKINGS = ("original", "pro", "anti", None)
 _NUMBER, _NUMBER_OR_NULL = {float, int}, {float, int, type(None)}
 _PROBS, _CHOSEN, _STOP = itemgetter("probs"), itemgetter("chosen"), itemgetter("stop_prob")
 _OBJECT, _ARRAY = simdjson.Object, simdjson.Array
+_NUMBERS: dict[str, type] = {"budget": float, "n_docs": np.int64, "n_rounds": np.int64, "doc_y": float, "doc_m": float,
+                             "probs": float, "chosen": np.int64, "stop": float, "round_y": float}
+"""The numbers a chunk gathers per line, document and round, with their types (the compiled walk's order)."""
+_SCALARS = ("budget", "n_docs", "n_rounds", "chosen", "stop", "round_y")
+"""The fields of :data:`_NUMBERS` the Python walks gather as Python numbers (see :meth:`LineChunk._flush`)."""
 _POOLS_KEPT = 1024
 """At most this many distinct pools are kept per chunk for :meth:`LineChunk._pool_ids`."""
 
@@ -89,19 +94,18 @@ class LineChunk:
         self.lines: list[int] = []
         self.ids: list[str] = []
         self.tasks: list[str] = []
+        self.parts: dict[str, list[Any]] = {name: [] for name in _NUMBERS}
+        """Per field of :data:`_NUMBERS`, its values in line order, as buffers: one per line (``doc_y``,
+        ``doc_m``: float64; ``probs``: per round or per line) or per run of lines (the compiled walk's, or
+        :meth:`_flush`'s of the scalars below)."""
         self.budget: list[int] = []
+        """The scalars of the lines the Python walks gathered since the last :meth:`_flush`."""
         self.n_docs: list[int] = []
         self.n_rounds: list[int] = []
-        self.doc_y: list[Any] = []
-        """Per line a float64 buffer of its pool scores (NaN unknown)."""
-        self.doc_m: list[Any] = []
-        self.probs: list[Any] = []
-        """Float64 buffers: per round (simdjson) or per line (orjson), in round order."""
         self.chosen: list[int] = []
         self.stop: list[Any] = []
         self.round_y: list[Any] = []
-        self.arrays = 0
-        """How many arrays the lines gathered by :meth:`take_line` hold."""
+        """None: no score in the round."""
         self.pools: dict[str, tuple[list[str], dict[str, int]]] = {}
         """Checked pools by the minified JSON text of their ``doc_ids`` (see :meth:`_pool_ids`)."""
 
@@ -112,32 +116,44 @@ class LineChunk:
         self.budget.append(budget)
         self.n_docs.append(n)
         self.n_rounds.append(len(chosen))
-        self.doc_y.append(doc_y)
-        self.doc_m.append(doc_m)
-        self.probs += probs
+        self.parts["doc_y"].append(doc_y)
+        self.parts["doc_m"].append(doc_m)
+        self.parts["probs"] += probs
         self.chosen += chosen
         self.stop += stop
         self.round_y += round_y
 
-    def take_lines(self, text: bytes, start: int, number: int, spans: list[tuple[int, int]],
-                   counted: bool = True) -> tuple[int, int]:
-        """Gather the lines of ``text`` from byte ``start`` (numbered from ``number``; their spans appended
-        to ``spans``) while the compiled walk accepts them: the start of the first line it declines (or
-        ``len(text)``) and the number of lines gathered. ``counted`` as in :meth:`take_line`."""
-        out = (self.lines, spans, self.ids, self.tasks, self.budget, self.n_docs, self.n_rounds, self.doc_y,
-               self.doc_m, self.probs, self.chosen, self.stop, self.round_y)
-        start, taken, arrays = compiled_walk.take_lines(text, start, number, counted, out)
-        self.arrays += arrays
+    def _flush(self) -> None:
+        """Move the pending scalars into their fields' buffers (None → NaN), keeping line order."""
+        for name in _SCALARS:
+            pending = getattr(self, name)
+            if pending:
+                self.parts[name].append(np.array(pending, _NUMBERS[name]))
+                pending.clear()
+
+    def numbers(self, name: str) -> np.ndarray:
+        """Every gathered value of the field ``name`` of :data:`_NUMBERS`, in line order."""
+        self._flush()
+        return np.frombuffer(b"".join(self.parts[name]), _NUMBERS[name])
+
+    def take_lines(self, text: bytes, start: int, number: int) -> tuple[int, int]:
+        """Gather the lines of ``text`` from byte ``start`` (numbered from ``number``) while the compiled walk
+        accepts them: the start of the first line it declines (or ``len(text)``) and the number of lines
+        gathered."""
+        start, taken, numbers = compiled_walk.take_lines(text, start, number, (self.lines, self.ids, self.tasks))
+        if taken:
+            self._flush()
+            for name, values in zip(_NUMBERS, numbers, strict=True):
+                self.parts[name].append(values)
         return start, taken
 
-    def take_line(self, text: bytes, start: int = 0, end: int | None = None, counted: bool = True) -> bool:
+    def take_line(self, text: bytes, start: int = 0, end: int | None = None) -> bool:
         """Gather the line ``text[start:end]`` (parsed in place) if simdjson reads it with the schema's shape
         and types; else False (then :meth:`take` or the full validator decides). The line must start with
         ``{``: simdjson skips a byte-order mark, which the other parsers refuse.
 
         A number buffer flattens a nested array (``[0.5, [0.2]]`` reads as two numbers), so the line must
-        hold as many ``[`` as the arrays read. Unless ``counted``, that is left to the caller: it compares
-        :attr:`arrays` with the ``[`` of all the gathered lines (:func:`brackets`, once per chunk)."""
+        hold as many ``[`` as the arrays read (a ``[`` in a string declines the line too)."""
         end = len(text) if end is None else end
         if start >= end or text[start] != 0x7B:
             return False
@@ -150,12 +166,12 @@ class LineChunk:
                 return False
             raise
         try:
-            return self._take_doc(doc, text.count(b"[", start, end) if counted else None)
+            return self._take_doc(doc, text.count(b"[", start, end))
         except (KeyError, TypeError):  # a required key missing (or one the field count implied), an unhashable id
             return False
 
-    def _take_doc(self, doc: Any, brackets: int | None) -> bool:
-        """Gather a parsed line whose text has ``brackets`` ``[`` bytes (None: not counted here)."""
+    def _take_doc(self, doc: Any, brackets: int) -> bool:
+        """Gather a parsed line whose text has ``brackets`` ``[`` bytes."""
         if type(doc) is not _OBJECT or not 5 <= (size := len(doc)) <= 6:
             return False
         tid, task, budget, pool, rounds = (doc["trajectory_id"], doc["task_id"], doc["budget"], doc["pool"],
@@ -200,10 +216,8 @@ class LineChunk:
             chosen.append(j)
             stop.append(c)
             round_y.append(score)
-        arrays = 2 + len(probs) + (y is not None) + (m is not None)  # doc_ids, rounds, probs, y, m
-        if brackets is not None and brackets != arrays:
+        if brackets != 2 + len(probs) + (y is not None) + (m is not None):  # doc_ids, rounds, probs, y, m
             return False
-        self.arrays += arrays
         self._add(tid, task, budget, n, doc_y, doc_m, probs, chosen, stop, round_y)
         return True
 
@@ -269,17 +283,16 @@ class LineChunk:
 
     def check(self) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Per gathered line, whether a number breaks a rule (or comes close), and the column arrays."""
-        n_docs, n_rounds = np.array(self.n_docs, np.int64), np.array(self.n_rounds, np.int64)
+        n_docs, n_rounds = self.numbers("n_docs"), self.numbers("n_rounds")
         b = len(n_docs)
         owner_r = np.repeat(np.arange(b), n_rounds)
         owner_d = np.repeat(np.arange(b), n_docs)
-        probs = np.frombuffer(b"".join(self.probs), float)
+        probs = self.numbers("probs")
         per_round = n_docs[owner_r]
         prob_start = np.concatenate([[0], np.cumsum(per_round)])[:-1]
         doc_start = np.concatenate([[0], np.cumsum(n_docs)])[:-1]
-        doc_y = np.frombuffer(b"".join(self.doc_y), float)
-        stop, round_y = np.array(self.stop, float), np.array(self.round_y, float)  # None → NaN
-        chosen = np.array(self.chosen, np.int64)
+        doc_y = self.numbers("doc_y")
+        stop, round_y, chosen = self.numbers("stop"), self.numbers("round_y"), self.numbers("chosen")
         pool_y = doc_y[doc_start[owner_r] + chosen]
         scores = np.where(np.isnan(round_y), pool_y, round_y)
         p = probs[prob_start + chosen] if len(probs) else np.zeros(0)
@@ -299,16 +312,10 @@ class LineChunk:
             r0, d0 = int(np.searchsorted(owner_r, row)), int(doc_start[row])
             block = probs[prob_start[r0]:prob_start[r0] + n_rounds[row] * n_docs[row]].reshape(n_rounds[row], -1) > 0
             first_support[d0:d0 + n_docs[row]] = first_positive_round(block)
-        doc_m = np.frombuffer(b"".join(self.doc_m), float)
-        arrays = {"budget": np.array(self.budget, float), "n_docs": n_docs, "doc_m": doc_m,
+        arrays = {"budget": self.numbers("budget"), "n_docs": n_docs, "doc_m": self.numbers("doc_m"),
                   "doc_y": doc_y, "first_support": first_support, "n_rounds": n_rounds, "chosen": chosen,
                   "y": scores, "p": p, "stop": stop, "full_support": full}
         return bad, arrays
-
-
-def brackets(text: bytes) -> int:
-    """The number of ``[`` bytes in ``text`` (numpy: about 3x faster than ``bytes.count``)."""
-    return int(np.count_nonzero(np.frombuffer(text, np.uint8) == 0x5B))
 
 
 def _scores(values: Any, n: int) -> np.ndarray | None:

@@ -241,7 +241,7 @@ def test_chunks_checked_in_worker_processes_give_the_single_pass_result(
     rng = random.Random(11)
     records = [varied_trajectory(rng, i) for i in range(60)]
     path = _write(tmp_path, records)
-    assert len(fastload._ranges(path)) > 10
+    assert len(fastload.ranges(path)) > 10
     single, parallel = load_columns(path, workers=1), load_columns(path, workers=2)
     assert parallel.trajectory_id == single.trajectory_id == [r["trajectory_id"] for r in records]
     for name in ("doc_start", "round_start", "p", "y", "doc_y", "first_support"):
@@ -274,16 +274,16 @@ def test_ranges_are_checked_in_worker_processes_unless_the_caller_has_threads(
     sent: list[tuple[int, int]] = []
     submit = fastload._Workers.submit
 
-    def spy(self: Any, path: Path, start: int, end: int) -> Any:
+    def spy(self: Any, task: Any, path: Path, start: int, end: int) -> Any:
         sent.append((start, end))
-        return submit(self, path, start, end)
+        return submit(self, task, path, start, end)
     monkeypatch.setattr(fastload._Workers, "submit", spy)
     forkable = fastload.forkable
     monkeypatch.setattr(fastload, "forkable", lambda: True)  # whatever threads the test run has left
     parallel = load_columns(varied, workers=2)
-    assert sent == fastload._ranges(varied) and len(sent) > 5  # every range, none of them checked here
+    assert sent == fastload.ranges(varied) and len(sent) > 5  # every range, none of them checked here
     single = load_columns(varied, workers=1)
-    assert len(sent) == len(fastload._ranges(varied)) and parallel.trajectory_id == single.trajectory_id  # one: here
+    assert len(sent) == len(fastload.ranges(varied)) and parallel.trajectory_id == single.trajectory_id  # one: here
     for name in COLUMN_FIELDS:
         np.testing.assert_array_equal(getattr(parallel, name), getattr(single, name), err_msg=name)
     monkeypatch.setattr(fastload, "forkable", forkable)
@@ -296,7 +296,7 @@ def test_ranges_are_checked_in_worker_processes_unless_the_caller_has_threads(
     finally:
         stop.set()
         other.join()
-    assert len(sent) == len(fastload._ranges(varied)) and here.trajectory_id == single.trajectory_id
+    assert len(sent) == len(fastload.ranges(varied)) and here.trajectory_id == single.trajectory_id
 
 
 COLUMN_FIELDS = ("budget", "doc_start", "doc_m", "doc_y", "first_support", "round_start", "chosen", "y", "p", "stop",
@@ -319,4 +319,4 @@ def test_simdjson_reads_valid_lines_alone_and_gives_the_exact_paths_columns(
         for name in COLUMN_FIELDS:
             np.testing.assert_array_equal(getattr(fast, name), getattr(cols, name), err_msg=name)
             assert getattr(fast, name).dtype == getattr(cols, name).dtype, name
-    assert len(fastload._ranges(varied)) > 5 and not fast.full_support.all() and np.isnan(fast.doc_y).any()
+    assert len(fastload.ranges(varied)) > 5 and not fast.full_support.all() and np.isnan(fast.doc_y).any()

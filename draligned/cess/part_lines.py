@@ -1,0 +1,53 @@
+"""The ``cess estimate --json`` lines of one checked part of a trajectory file, written where it was checked.
+
+The estimators and the JSON lines are per trajectory (:mod:`draligned.cess.column_estimators` sums each
+trajectory's segment alone), so the lines of a file's parts, in order, are byte for byte those of
+:func:`~draligned.cess.json_lines.json_lines` over the whole file: a pipeline estimates and writes each
+part on the core that checked it (the JSON Lines ranges of :mod:`draligned.cess.jsonl_lines`; the same
+step as the Parquet row groups of :mod:`draligned.cess.parquet_lines`).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+
+import duckdb
+import numpy as np
+
+from draligned.cess.column_estimators import estimate_columns
+from draligned.cess.columns import ColumnBuilder
+from draligned.cess.json_lines import json_lines
+
+Lines = list[bytes | memoryview]
+"""The JSON lines of a run of trajectories, in pieces."""
+
+
+class PartConnection(threading.local):
+    """Each thread's DuckDB connection for the lines (one thread each: the caller uses the cores), made on
+    its first use (a connection costs 30-50 ms of CPU)."""
+
+    con: duckdb.DuckDBPyConnection | None = None
+
+    def get(self) -> duckdb.DuckDBPyConnection:
+        if self.con is None:
+            self.con = duckdb.connect(config={"threads": 1})
+        return self.con
+
+    def close(self) -> None:
+        """Close this thread's connection, if it made one (a process must not fork holding one: DuckDB's
+        copy in the child hangs when it is used or closed)."""
+        if self.con is not None:
+            self.con.close()
+            self.con = None
+
+
+def part_lines(parts: Iterable[tuple[list[str], list[str], dict[str, np.ndarray]]], lam: float,
+               connection: PartConnection) -> Lines:
+    """The lines of a checked part, given in pieces: each its trajectories' ids, task ids and column
+    arrays (named as :meth:`ColumnBuilder.extend` takes them), estimated with ``lam``."""
+    builder = ColumnBuilder()
+    for ids, tasks, arrays in parts:
+        builder.extend(ids, tasks, **arrays)
+    cols = builder.build()
+    return list(json_lines(cols, estimate_columns(cols, lam), connection.get()))
