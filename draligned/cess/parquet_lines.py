@@ -15,52 +15,26 @@ estimators compute each trajectory's sums alone, ``tests/cess/test_parquet_lines
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from draligned.cess import json_lines as text
-from draligned.cess.column_estimators import estimate_columns
-from draligned.cess.columns import ColumnBuilder, ColumnCount
+from draligned.cess.columns import ColumnCount
 from draligned.cess.parquet import RowChecks, checked_group, counted, in_groups, metadata_counts, open_checked
 from draligned.cess.parquet_batch import Checked
-
-if TYPE_CHECKING:
-    import duckdb
-
-Lines = list[bytes | memoryview]
-"""The JSON lines of a run of rows, in pieces."""
+from draligned.cess.part_lines import Lines, PartConnection, part_lines
 
 
-class _ThreadConnection(threading.local):
-    """Each thread's DuckDB connection for the lines (one thread each: the pool uses the cores), made on
-    its first use (a connection costs 30-50 ms of CPU); none when the compiled writer writes them."""
-
-    con: duckdb.DuckDBPyConnection | None = None
-
-    def get(self) -> duckdb.DuckDBPyConnection | None:
-        if self.con is None and text.compiled_writer is None:
-            import duckdb
-
-            self.con = duckdb.connect(config={"threads": 1})
-        return self.con
-
-
-def _lines(part: Checked, lam: float, connection: _ThreadConnection) -> Lines:
+def _part(part: Checked, lam: float, connection: PartConnection) -> Lines:
     _, arrays, ids, tasks = part
-    builder = ColumnBuilder()
-    builder.extend(ids, tasks, **arrays)
-    cols = builder.build()
-    return list(text.json_lines(cols, estimate_columns(cols, lam), connection.get()))
+    return part_lines([(ids, tasks, arrays)], lam, connection)
 
 
 def _group(path: Path, group: int, flat: bool, lam: float,
-           connection: _ThreadConnection) -> list[tuple[Checked, Lines | None]]:
+           connection: PartConnection) -> list[tuple[Checked, Lines | None]]:
     """One row group checked batch by batch, each clean batch's lines written (None for a batch with a
     suspect row: it waits for the validator)."""
-    return [(part, None if part[0].any() else _lines(part, lam, connection))
+    return [(part, None if part[0].any() else _part(part, lam, connection))
             for part in checked_group(path, group, flat)]
 
 
@@ -75,7 +49,7 @@ def parquet_lines(path: str | Path, lam: float, workers: int | None = None) -> I
     path = Path(path)
     meta, flat, read = open_checked(path)
     done: list[Checked | Lines] = []  # a batch's lines, or the checked batch itself until the validator decides
-    checks, count, connection = RowChecks(), ColumnCount(*metadata_counts(meta, flat)), _ThreadConnection()
+    checks, count, connection = RowChecks(), ColumnCount(*metadata_counts(meta, flat)), PartConnection()
     group = partial(_group, path, flat=flat, lam=lam, connection=connection)
     for part, lines in in_groups(meta.num_row_groups, workers or os.cpu_count() or 1, group):
         checks.add(part[0], part[2])
@@ -87,6 +61,6 @@ def parquet_lines(path: str | Path, lam: float, workers: int | None = None) -> I
 
 
 def _emit(done: list[Checked | Lines], lam: float) -> Iterator[bytes | memoryview]:
-    connection = _ThreadConnection()
+    connection = PartConnection()
     for item in done:
-        yield from _lines(item, lam, connection) if isinstance(item, tuple) else item
+        yield from _part(item, lam, connection) if isinstance(item, tuple) else item

@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
-import duckdb
 import numpy as np
 
+from draligned.cess import json_lines as text
 from draligned.cess.column_estimators import estimate_columns
 from draligned.cess.columns import ColumnBuilder
-from draligned.cess.json_lines import json_lines
+
+if TYPE_CHECKING:
+    import duckdb
 
 Lines = list[bytes | memoryview]
 """The JSON lines of a run of trajectories, in pieces."""
@@ -25,12 +28,15 @@ Lines = list[bytes | memoryview]
 
 class PartConnection(threading.local):
     """Each thread's DuckDB connection for the lines (one thread each: the caller uses the cores), made on
-    its first use (a connection costs 30-50 ms of CPU)."""
+    its first use (a connection costs 30-50 ms of CPU); none when the compiled writer writes them (then
+    DuckDB is not even imported: its import is a fifth of `cess estimate`'s start-up)."""
 
     con: duckdb.DuckDBPyConnection | None = None
 
-    def get(self) -> duckdb.DuckDBPyConnection:
-        if self.con is None:
+    def get(self) -> duckdb.DuckDBPyConnection | None:
+        if self.con is None and text.compiled_writer is None:
+            import duckdb
+
             self.con = duckdb.connect(config={"threads": 1})
         return self.con
 
@@ -50,4 +56,4 @@ def part_lines(parts: Iterable[tuple[list[str], list[str], dict[str, np.ndarray]
     for ids, tasks, arrays in parts:
         builder.extend(ids, tasks, **arrays)
     cols = builder.build()
-    return list(json_lines(cols, estimate_columns(cols, lam), connection.get()))
+    return list(text.json_lines(cols, estimate_columns(cols, lam), connection.get()))
