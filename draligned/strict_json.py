@@ -1,15 +1,18 @@
-"""JSON (and TOML) input read without surprises: no repeated keys, no non-finite numbers, bounded nesting.
+"""JSON (and TOML) input read without surprises: no repeated keys, no non-finite numbers, bounded nesting,
+no string that UTF-8 cannot hold.
 
 Every input file the toolkit reads (cards, trajectories, corpora, pool files, evaluator schemas,
 evaluator replies) goes through ``loads``: a repeated key would silently keep only its last
 value, and a document nested thousands of levels deep would end in a RecursionError deep inside
-the parser or the validators instead of an error naming the file. ``check_depth`` applies the same
-nesting bound to already parsed data (study and evaluator TOML).
+the parser or the validators instead of an error naming the file; an unpaired surrogate escape
+(``"\\ud800"``, which Python's parser keeps) would pass every check and fail only when the text is written
+out. ``check_depth`` applies the same nesting bound to already parsed data (study and evaluator TOML).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from functools import lru_cache
 from typing import Any
@@ -18,6 +21,8 @@ import jsonschema
 
 MAX_DEPTH = 64
 """Deepest nesting of arrays and objects accepted; real inputs stay below ten levels."""
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+"""A UTF-16 surrogate's escape in JSON text: only then can a parsed string hold an unpaired one."""
 
 
 class JSONInputError(ValueError):
@@ -57,7 +62,26 @@ def loads(text: str | bytes, limit: int = MAX_DEPTH) -> Any:
     except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise JSONInputError(f"not valid JSON: {exc}") from None
     check_depth(data, limit)
+    if _SURROGATE_ESCAPE.search(text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text):
+        _check_encodable(data)
     return data
+
+
+def _check_encodable(data: Any) -> None:
+    """JSONInputError when a key or string in ``data`` holds an unpaired surrogate (no UTF-8 text holds one)."""
+    stack = [data]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, dict):
+            stack += [*value, *value.values()]
+        elif isinstance(value, list):
+            stack += value
+        elif isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise JSONInputError(f"the string {value[:40]!r} holds an unpaired UTF-16 surrogate "
+                                     f"{value[exc.start]!r}, which no UTF-8 text can hold") from None
 
 
 def schema_validator(schema: dict[str, Any]) -> jsonschema.protocols.Validator:

@@ -130,6 +130,8 @@ def test_an_evaluator_schema_that_is_not_json_names_the_schema_field(tmp_path):
     ('{"a": 1, "a": 2}', r"duplicate keys \['a'\]"),
     ('{"a": NaN}', "non-finite number NaN"),
     (b"\xff", "not valid JSON"),
+    ('{"a": ["\\ud800x"]}', r"the string '\\ud800x' holds an unpaired UTF-16 surrogate"),
+    (b'{"\\udc00": 1}', "unpaired UTF-16 surrogate"),
 ])
 def test_strict_json_refuses_what_plain_json_would_keep_or_crash_on(text, message):
     with pytest.raises(JSONInputError, match=message):
@@ -155,6 +157,25 @@ def test_a_trajectory_line_nested_too_deeply_or_with_a_repeated_key_names_its_li
     path.write_text("\n" + text + "\n")
     with pytest.raises(TrajectoryError, match=rf"^line 2: <json>: not valid JSON: {message}"):
         load_trajectories(path)
+
+
+def test_strict_json_keeps_a_surrogate_pair_and_an_escaped_backslash_before_u():
+    assert loads('{"a": "\\ud83d\\ude00", "b": "\\\\ud800"}') == {"a": "\U0001f600", "b": "\\ud800"}
+
+
+def test_a_trajectory_id_with_an_unpaired_surrogate_names_its_line_and_prints_nothing(tmp_path, capsys):
+    import random
+
+    from tests.cess.test_columns import varied_trajectory
+
+    rng = random.Random(0)
+    good, other = (json.dumps(varied_trajectory(rng, i)) for i in range(2))
+    path = tmp_path / "t.jsonl"
+    path.write_text(good + "\n" + other.replace('"trajectory_id": "', '"trajectory_id": "\\ud800', 1) + "\n")
+    assert main(["cess", "estimate", str(path), "--json"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "line 2: <json>: not valid JSON: the string" in captured.err and "unpaired UTF-16 surrogate" in captured.err
 
 
 def test_an_empty_trajectories_file_is_refused_not_an_empty_estimate(tmp_path, capsys):
