@@ -18,7 +18,7 @@ from contextlib import closing
 from functools import partial
 from pathlib import Path
 
-from draligned.cess import fastload
+from draligned.cess import fastload, json_lines
 from draligned.cess.fastload import NO_TRAJECTORIES, check_ids, checked_range, in_ranges, ranges
 from draligned.cess.part_lines import PartConnection, part_lines
 from draligned.cess.trajectory import TrajectoryError
@@ -27,10 +27,18 @@ _CONNECTION = PartConnection()
 """The DuckDB connection for the lines: a worker's, kept for its next ranges (made on its first), or this
 process's while :func:`jsonl_lines` writes every range here (closed when it returns)."""
 
-CHUNKS_PER_RANGE = 4
-"""A worker's range is this many of the loader's chunks (:data:`~draligned.cess.fastload.CHUNK_BYTES`, each
-read and checked alone: 64 MB, about 13,000 lines): each range's lines cost a DuckDB query, whose fixed
-cost (about 8 ms) is then 0.6 µs a line, not 2.5 µs as over 16 MB."""
+DUCKDB_CHUNKS_PER_RANGE = 4
+"""A worker's range when DuckDB writes the lines (the compiled writer is not built): this many of the
+loader's chunks (:data:`~draligned.cess.fastload.CHUNK_BYTES`, each read and checked alone: 64 MB, about
+13,000 lines), as each range's lines cost a DuckDB query, whose fixed cost (about 8 ms) is then 0.6 µs a
+line, not 2.5 µs as over 16 MB. The compiled writer has no such cost: its ranges are one chunk, so a file of
+a few chunks still runs on every core."""
+
+
+def range_bytes() -> int:
+    """About how many bytes of the file each worker's range holds."""
+    return fastload.CHUNK_BYTES * (1 if json_lines.compiled_writer is not None else DUCKDB_CHUNKS_PER_RANGE)
+
 
 Written = tuple[int, list[str], list[int], bytes | None]
 """What a worker sends back for a range: its number of lines, the ids of its valid lines and their line
@@ -61,9 +69,8 @@ def jsonl_lines(path: str | Path, lam: float, workers: int | None = None) -> Ite
     if not 0.0 <= lam <= 1.0:
         raise ValueError(f"lambda must lie in [0, 1], got {lam}")
     path, done, seen, line = Path(path), list[bytes](), set[str](), 1
-    size = CHUNKS_PER_RANGE * fastload.CHUNK_BYTES
     try:
-        with closing(in_ranges(path, partial(_range_lines, lam), workers, size)) as written:
+        with closing(in_ranges(path, partial(_range_lines, lam), workers, range_bytes())) as written:
             for start, end, (count, ids, lines, text) in written:
                 check_ids(path, line, start, end, ids, lines, text is None, seen)
                 if text:
