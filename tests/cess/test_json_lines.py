@@ -15,6 +15,7 @@ from draligned.cess.column_estimators import estimate_columns, estimate_rows
 from draligned.cess.columns import TrajectoryColumns
 from draligned.cess.estimators import Estimates
 from draligned.cess.fastload import load_columns
+from tests.cess.extensions import with_and_without
 from tests.cess.test_columns import varied_trajectory
 
 
@@ -26,16 +27,8 @@ def _written(cols: TrajectoryColumns, est: Estimates) -> bytes:
     return b"".join(jl.json_lines(cols, est))
 
 
-WRITERS = ["duckdb", pytest.param("compiled", marks=pytest.mark.skipif(
-    jl.compiled_writer is None, reason="the optional extension draligned.cess._kernels is not built"))]
-
-
-@pytest.fixture(params=WRITERS)
-def writer(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """The writer of the lines in this test: the compiled one, or DuckDB's (as without the extension)."""
-    if request.param == "duckdb":
-        monkeypatch.setattr(jl, "compiled_writer", None)
-    return request.param
+writer = with_and_without(jl, "compiled_writer", "_kernels", "duckdb", "writer")
+"""The writer of the lines in this test: the compiled one, or DuckDB's (as without the extension)."""
 
 
 @pytest.fixture(scope="module")

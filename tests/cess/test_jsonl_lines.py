@@ -12,14 +12,20 @@ from typing import Any
 import pytest
 
 from draligned.cess import fastload
+from draligned.cess import json_lines as jl
 from draligned.cess import jsonl_lines as jsonl_lines_module
 from draligned.cess.column_estimators import estimate_columns
 from draligned.cess.json_lines import json_lines
-from draligned.cess.jsonl_lines import CHUNKS_PER_RANGE, jsonl_lines
+from draligned.cess.jsonl_lines import jsonl_lines, range_bytes
 from draligned.cess.trajectory import PROB_SUM_MARGIN, PROB_SUM_TOLERANCE, TrajectoryError, load_trajectories
 from draligned.cli import main
+from tests.cess.extensions import with_and_without
 from tests.cess.test_columns import varied_trajectory
 from tests.cess.test_trajectory import VALID
+
+writer = with_and_without(jl, "compiled_writer", "_kernels", "duckdb", "writer")
+"""Who writes the lines, in the workers too (they fork after the fixture set it): the compiled writer, or
+DuckDB (as without the extension)."""
 
 
 def _write(tmp: Path, records: list[Any]) -> Path:
@@ -47,11 +53,11 @@ def many_ranges(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_the_ranges_lines_are_the_whole_files_lines(tmp_path: Path, records: list[dict[str, Any]],
-                                                    many_ranges: None, workers: int) -> None:
+                                                    many_ranges: None, workers: int, writer: str) -> None:
     near = copy.deepcopy(VALID) | {"trajectory_id": "near"}  # suspect to the numpy checks, kept by the validator
     near["rounds"][0]["probs"][0] += PROB_SUM_TOLERANCE - PROB_SUM_MARGIN / 2
     path = _write(tmp_path, [*records[:40], near, "", " " + json.dumps(records[40]), *records[41:]])
-    assert len(fastload.ranges(path, CHUNKS_PER_RANGE * fastload.CHUNK_BYTES)) > 15
+    assert len(fastload.ranges(path, range_bytes())) > 15
     whole = _whole(path, 0.3)
     assert len(whole.splitlines()) == 91 and b'"support_interval":[' in whole and b'"trajectory_id":"near"' in whole
     assert b"".join(jsonl_lines(path, 0.3, workers)) == whole

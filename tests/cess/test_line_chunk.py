@@ -27,6 +27,7 @@ from draligned.cess import fastload, line_chunk
 from draligned.cess.fastload import load_columns
 from draligned.cess.line_chunk import LineChunk
 from draligned.cess.trajectory import TrajectoryError, load_trajectories, parse_trajectory
+from tests.cess.extensions import with_and_without
 from tests.cess.test_columns import ODD_LINES, UNPLAIN_LINES, _write, varied_trajectory
 from tests.cess.test_trajectory import CASES, VALID, _drop, _set
 
@@ -38,16 +39,8 @@ def _gathered(chunk: LineChunk) -> dict[str, Any]:
             **{name: (value.dtype.str, value.tobytes()) for name, value in arrays.items()}}
 
 
-WALKS = ["python", pytest.param("compiled", marks=pytest.mark.skipif(
-    line_chunk.compiled_walk is None, reason="the optional extension draligned.cess._line_walk is not built"))]
-
-
-@pytest.fixture(params=WALKS)
-def walk(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """The walk the loader uses in this test: the compiled one, or Python's alone (as without the extension)."""
-    if request.param == "python":
-        monkeypatch.setattr(line_chunk, "compiled_walk", None)
-    return request.param
+walk = with_and_without(line_chunk, "compiled_walk", "_line_walk", "python", "walk")
+"""The walk the loader uses in this test: the compiled one, or Python's alone (as without the extension)."""
 
 
 def _take(chunk: LineChunk, raw: bytes) -> bool:

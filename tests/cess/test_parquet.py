@@ -19,19 +19,12 @@ from draligned.cess.fastload import load_columns
 from draligned.cess.parquet import COLUMNS, load_parquet, write_nested_parquet
 from draligned.cess.trajectory import TrajectoryError, load_trajectories
 from draligned.cli import main
+from tests.cess.extensions import with_and_without
 from tests.cess.test_columns import varied_trajectory
 from tests.cess.test_trajectory import CASES, VALID
 
-SUMS = ["numpy", pytest.param("compiled", marks=pytest.mark.skipif(
-    parquet_batch.compiled_sums is None, reason="the optional extension draligned.cess._kernels is not built"))]
-
-
-@pytest.fixture(params=SUMS)
-def sums(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """The sums of each round's probabilities in this test: the compiled kernel's, or numpy's (as without it)."""
-    if request.param == "numpy":
-        monkeypatch.setattr(parquet_batch, "compiled_sums", None)
-    return request.param
+sums = with_and_without(parquet_batch, "compiled_sums", "_kernels", "numpy", "sums")
+"""The sums of each round's probabilities in this test: the compiled kernel's, or numpy's (as without it)."""
 
 
 @pytest.mark.skipif(parquet_batch.compiled_sums is None, reason="the optional extension is not built")
