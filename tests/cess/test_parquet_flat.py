@@ -160,7 +160,8 @@ def test_budget_of_any_integer_type_and_non_nullable_lists_read(tmp_path: Path) 
 
 
 def test_keep_freed_memory_turns_numpys_huge_page_advice_off(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("MIMALLOC_PURGE_DELAY", raising=False)
+    monkeypatch.setenv("MIMALLOC_PURGE_DELAY", "")  # records the variable as it was: undone after the test
+    monkeypatch.delenv("MIMALLOC_PURGE_DELAY")
     keep_freed_memory()
     assert np._core.multiarray._set_madvise_hugepage(False) is False  # the setting it found: already off
     assert os.environ["MIMALLOC_PURGE_DELAY"] == "-1"  # read by pyarrow's mimalloc when it loads
