@@ -1,7 +1,7 @@
 // The compiled walk of draligned.cess.line_chunk: a JSON Lines range read line by line with simdjson's DOM
 // (the parse pysimdjson wraps, same version: its simdjson.h/simdjson.cpp, found by setup.py), each line
-// either gathered (its ids and span into a LineChunk's lists, its numbers into one buffer per field for the
-// whole run of lines) or declined (then the Python paths judge it as before).
+// either gathered (its line number, id and task id into a LineChunk's lists, its values into one buffer per
+// field for the whole run of lines) or declined (then the Python paths judge it as before).
 //
 // A line is gathered only when it has exactly the canonical shape LineChunk.take_line accepts: an object of
 // the five required fields and optionally "ranking" (a string of the enum), each named once; a pool of
@@ -235,8 +235,8 @@ PyObject *take_lines(PyObject *, PyObject *args) {
 PyMethodDef methods[] = {
     {"take_lines", take_lines, METH_VARARGS,
      "take_lines(text, start, number, out) -> (start, taken, numbers): gather the lines of text from byte start "
-     "(numbered from number) while they have the canonical shape, their numbers, ids and task ids into the 3 "
-     "lists of out, their numbers as 9 buffers (budget, n_docs, n_rounds, doc_y, doc_m, probs, chosen, stop, "
+     "(numbered from number) while they have the canonical shape, their line numbers, ids and task ids into "
+     "the 3 lists of out, their values as 9 buffers (budget, n_docs, n_rounds, doc_y, doc_m, probs, chosen, stop, "
      "round_y; float64 or int64); stop at the first declined line, at the returned start."},
     {nullptr, nullptr, 0, nullptr}};
 

@@ -164,7 +164,7 @@ def checked_range(path: Path, start: int, end: int, first_line: int = 1,
 
 
 def _check_range(path: Path, start: int, end: int) -> Checked:
-    """One range checked (run in a worker process: the parse holds the GIL)."""
+    """One range checked (in a worker process when the file has several: the parse holds the GIL)."""
     chunk, arrays, count, error = checked_range(path, start, end)
     return count, chunk.ids, chunk.tasks, chunk.lines, arrays, error is not None
 
@@ -217,7 +217,7 @@ def in_ranges(path: Path, task: Callable[[Path, int, int], T], workers: int | No
         pool.close()
 
 
-def check_ids(path: Path, line: int, start: int, end: int, ids: list[str], lines: list[int], invalid: bool,
+def raise_first_problem(path: Path, line: int, start: int, end: int, ids: list[str], lines: list[int], invalid: bool,
               seen: set[str]) -> None:
     """Raise the first problem of a range checked elsewhere, whose first line is ``line``: its ``ids`` at
     ``lines`` (numbered from 1 in the range) repeating one already ``seen`` (then added to it), or, if it
@@ -245,7 +245,7 @@ def load_columns(path: str | Path, workers: int | None = None) -> TrajectoryColu
     builder, seen, line = ColumnBuilder(), set[str](), 1
     with closing(in_ranges(path, _check_range, workers)) as checked:
         for start, end, (count, ids, tasks, lines, arrays, invalid) in checked:
-            check_ids(path, line, start, end, ids, lines, invalid, seen)
+            raise_first_problem(path, line, start, end, ids, lines, invalid, seen)
             if ids:
                 builder.extend(ids, tasks, **arrays)
             line += count

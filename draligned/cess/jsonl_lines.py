@@ -19,7 +19,7 @@ from functools import partial
 from pathlib import Path
 
 from draligned.cess import fastload, json_lines
-from draligned.cess.fastload import NO_TRAJECTORIES, check_ids, checked_range, in_ranges, ranges
+from draligned.cess.fastload import NO_TRAJECTORIES, checked_range, in_ranges, raise_first_problem, ranges
 from draligned.cess.part_lines import PartConnection, part_lines
 from draligned.cess.trajectory import TrajectoryError
 
@@ -72,7 +72,7 @@ def jsonl_lines(path: str | Path, lam: float, workers: int | None = None) -> Ite
     try:
         with closing(in_ranges(path, partial(_range_lines, lam), workers, range_bytes())) as written:
             for start, end, (count, ids, lines, text) in written:
-                check_ids(path, line, start, end, ids, lines, text is None, seen)
+                raise_first_problem(path, line, start, end, ids, lines, text is None, seen)
                 if text:
                     done.append(text)
                 line += count
