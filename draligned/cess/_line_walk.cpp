@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <new>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -192,8 +193,8 @@ bool gather(PyObject *const *out, const Line &line, Py_ssize_t number) {
 
 thread_local simdjson::dom::parser parser;
 
-// take_lines(text, start, number, out) -> (next start, lines taken, numbers)
-PyObject *take_lines(PyObject *, PyObject *args) {
+// take_lines(text, start, number, out) -> (next start, lines taken, numbers), as take_lines below
+PyObject *take_lines_unguarded(PyObject *args) {
   PyObject *bytes, *lists;
   Py_ssize_t start, number;
   if (!PyArg_ParseTuple(args, "SnnO!", &bytes, &start, &number, &PyTuple_Type, &lists)) return nullptr;
@@ -230,6 +231,16 @@ PyObject *take_lines(PyObject *, PyObject *args) {
   return Py_BuildValue("(nn(NNNNNNNNN))", start, taken, buffer(numbers.budget), buffer(numbers.n_docs),
                        buffer(numbers.n_rounds), buffer(numbers.doc_y), buffer(numbers.doc_m), buffer(numbers.probs),
                        buffer(numbers.chosen), buffer(numbers.stop), buffer(numbers.round_y));
+}
+
+// A C++ exception must not cross into Python (it would end the process): an allocation that failed is a
+// MemoryError. Every Python object made so far is owned by out's lists or freed with the line's locals.
+PyObject *take_lines(PyObject *, PyObject *args) {
+  try {
+    return take_lines_unguarded(args);
+  } catch (const std::bad_alloc &) {
+    return PyErr_NoMemory();
+  }
 }
 
 PyMethodDef methods[] = {
