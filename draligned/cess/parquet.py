@@ -32,7 +32,14 @@ import pyarrow.parquet as pq
 
 from draligned.cess.columns import ColumnSink, TrajectoryColumns
 from draligned.cess.parquet_batch import Checked, check_batch
-from draligned.cess.parquet_flat import FLAT, FLAT_SCHEMA, LAYOUT_KEY, check_flat_batch, flat_record, flatten_batch
+from draligned.cess.parquet_flat import (
+    FLAT_BINARY_SCHEMA,
+    LAYOUT_KEY,
+    SCHEMAS,
+    check_flat_batch,
+    flat_record,
+    flatten_batch,
+)
 from draligned.cess.trajectory_rules import TrajectoryError
 
 if TYPE_CHECKING:  # DuckDB reads the nested layout and writes files: imported there
@@ -62,7 +69,7 @@ def _read_json(jsonl: Path) -> str:
 
 
 def write_parquet(jsonl: Path, out: Path) -> None:
-    """Convert a JSON Lines trajectory file (validated already) to Parquet in the flat layout.
+    """Convert a JSON Lines trajectory file (validated already) to Parquet in the flat layout (``flat-2``).
 
     DuckDB parses the lines into the nested columns, batch by batch; each batch is flattened and
     written uncompressed (random doubles do not compress, and a codec only slows the decode; the
@@ -71,7 +78,7 @@ def write_parquet(jsonl: Path, out: Path) -> None:
 
     reader = duckdb.connect().sql(_read_json(jsonl)).to_arrow_reader(ROW_GROUP_ROWS)
     strings = ["task_id", "ranking", "doc_ids.list.element", "chosen.list.element"]
-    with pq.ParquetWriter(out, FLAT_SCHEMA, compression="none", use_dictionary=strings) as writer:
+    with pq.ParquetWriter(out, FLAT_BINARY_SCHEMA, compression="none", use_dictionary=strings) as writer:
         for batch in reader:
             writer.write_batch(flatten_batch(batch), row_group_size=ROW_GROUP_ROWS)
 
@@ -99,22 +106,22 @@ def _schema_problem(con: duckdb.DuckDBPyConnection) -> TrajectoryError | None:
     return None
 
 
-def _flat_schema_problem(found: pa.Schema) -> TrajectoryError | None:
-    """The flat layout's columns, in its order; lists compare by item type (nullability is free),
-    and any integer type holds the budget."""
+def _flat_schema_problem(found: pa.Schema, expected: pa.Schema) -> TrajectoryError | None:
+    """A flat layout's columns (``expected``), in its order; lists compare by item type (nullability is
+    free), binary either offset width, and any integer type holds the budget."""
     def kind(t: pa.DataType) -> str:
-        return f"list<{t.value_type}>" if pa.types.is_list(t) else str(t)
+        return f"list<{t.value_type}>" if pa.types.is_list(t) else "binary" if pa.types.is_large_binary(t) else str(t)
 
-    for field in FLAT_SCHEMA:
+    for field in expected:
         if field.name not in found.names:
             return TrajectoryError(0, field.name, f"column missing (expected {kind(field.type)})", where="schema")
         got = found.field(field.name).type
         if kind(got) != kind(field.type) and not (field.name == "budget" and pa.types.is_integer(got)):
             return TrajectoryError(0, field.name, f"has type {kind(got)}, expected {kind(field.type)}",
                                    where="schema")
-    extra = [name for name in found.names if name not in FLAT_SCHEMA.names]
+    extra = [name for name in found.names if name not in expected.names]
     if extra:
-        return TrajectoryError(0, extra[0], f"unexpected column (the columns are {', '.join(FLAT_SCHEMA.names)})",
+        return TrajectoryError(0, extra[0], f"unexpected column (the columns are {', '.join(expected.names)})",
                                where="schema")
     return None
 
@@ -207,7 +214,7 @@ T = TypeVar("T")
 
 def checked_group(path: Path, group: int, flat: bool) -> list[Checked]:
     """One row group decoded by pyarrow and checked batch by batch (:func:`check_batch`)."""
-    names, check = (FLAT_SCHEMA.names, check_flat_batch) if flat else (list(COLUMNS), check_batch)
+    names, check = (FLAT_BINARY_SCHEMA.names, check_flat_batch) if flat else (list(COLUMNS), check_batch)
     codes = ["doc_ids.list.element", "chosen.list.element"] if flat else None  # decoded as dictionaries
     file = pq.ParquetFile(path, memory_map=True, read_dictionary=codes)
     try:
@@ -281,11 +288,11 @@ def open_checked(path: Path) -> tuple[pq.FileMetaData, bool, Callable[[int], dic
     except pa.ArrowException as exc:
         raise TrajectoryError(0, "<file>", f"not a readable Parquet file ({exc})", where="file") from exc
     layout = (meta.metadata or {}).get(LAYOUT_KEY)
-    if layout not in (None, FLAT):
-        raise TrajectoryError(0, LAYOUT_KEY.decode(), f"unknown layout {layout!r} (this version reads {FLAT!r})",
-                              where="metadata")
-    if layout == FLAT:
-        if (problem := _flat_schema_problem(meta.schema.to_arrow_schema())) is not None:
+    if layout is not None and layout not in SCHEMAS:
+        raise TrajectoryError(0, LAYOUT_KEY.decode(), f"unknown layout {layout!r} (this version reads "
+                              f"{' and '.join(map(repr, SCHEMAS))})", where="metadata")
+    if layout is not None:
+        if (problem := _flat_schema_problem(meta.schema.to_arrow_schema(), SCHEMAS[layout])) is not None:
             raise problem
         return meta, True, _flat_row(path)
     import duckdb
