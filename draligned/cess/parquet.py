@@ -176,11 +176,13 @@ def _explain(read: Callable[[int], dict[str, Any]], row: int) -> TrajectoryError
     return None
 
 
-def first_error(read: Callable[[int], dict[str, Any]], suspects: np.ndarray, ids: list[str], rows: np.ndarray) -> None:
-    """Raise for the first row that is invalid or repeats an earlier trajectory id."""
+def first_error(read: Callable[[int], dict[str, Any]], suspects: np.ndarray, ids: list[str], rows: np.ndarray,
+                distinct: int) -> None:
+    """Raise for the first row that is invalid or repeats an earlier trajectory id (``distinct``: how many
+    distinct ids there are: the search for the first repeat runs only if that is fewer than the rows)."""
     seen: dict[str, int] = {}
     duplicate = None
-    for tid, row in zip(ids, rows.tolist(), strict=True) if len(set(ids)) < len(ids) else ():
+    for tid, row in zip(ids, rows.tolist(), strict=True) if distinct < len(ids) else ():
         if tid in seen and tid is not None:
             duplicate = TrajectoryError(row, "trajectory_id", f"duplicate id {tid!r} (first in row {seen[tid]})",
                                         where=f"row {row} (trajectory_id {tid!r})")
@@ -212,11 +214,12 @@ def _unreadable(file: pq.ParquetFile, group: int, names: list[str], exc: Excepti
 T = TypeVar("T")
 
 
-def checked_group(path: Path, group: int, flat: bool) -> list[Checked]:
-    """One row group decoded by pyarrow and checked batch by batch (:func:`check_batch`)."""
+def checked_group(path: Path, group: int, flat: bool, meta: pq.FileMetaData | None = None) -> list[Checked]:
+    """One row group decoded by pyarrow and checked batch by batch (:func:`check_batch`); ``meta``: the
+    file's metadata, read once (parsing the footer again costs about 1.2 ms a group)."""
     names, check = (FLAT_BINARY_SCHEMA.names, check_flat_batch) if flat else (list(COLUMNS), check_batch)
     codes = ["doc_ids.list.element", "chosen.list.element"] if flat else None  # decoded as dictionaries
-    file = pq.ParquetFile(path, memory_map=True, read_dictionary=codes)
+    file = pq.ParquetFile(path, memory_map=True, read_dictionary=codes, metadata=meta)
     try:
         table = file.read_row_group(group, columns=names, use_threads=False)
         return [check(batch) for batch in table.to_batches()]
@@ -239,23 +242,27 @@ def in_groups(groups: int, workers: int, task: Callable[[int], list[T]]) -> Iter
 
 class RowChecks:
     """The checked batches' suspect rows and ids, in row order (rows from 1), for the full validator once
-    the whole file is read: the same errors, in the same order, whoever reads the batches."""
+    the whole file is read: the same errors, in the same order, whoever reads the batches. The distinct ids
+    are counted as the batches come (the caller's thread waits on the workers' then; at the end, counting
+    10^6 ids took about 0.15 s on one core)."""
 
     def __init__(self) -> None:
         self.suspects: list[np.ndarray] = []
         self.ids: list[str] = []
+        self.distinct: set[str] = set()
         self.rows = 0
 
     def add(self, bad: np.ndarray, ids: list[str]) -> None:
         self.suspects.append(np.nonzero(bad)[0] + self.rows + 1)
         self.ids += ids
+        self.distinct.update(ids)
         self.rows += len(bad)
 
     def finish(self, read: Callable[[int], dict[str, Any]]) -> None:
         """Raise the file's first error (no rows; a suspect row the validator refuses; a repeated id)."""
         if not self.ids:
             raise TrajectoryError(0, "<file>", "no trajectories (the file has no rows)", where="rows")
-        first_error(read, np.concatenate(self.suspects), self.ids, np.arange(1, self.rows + 1))
+        first_error(read, np.concatenate(self.suspects), self.ids, np.arange(1, self.rows + 1), len(self.distinct))
 
 
 def metadata_counts(meta: pq.FileMetaData, flat: bool) -> tuple[int, int, int]:
@@ -317,7 +324,7 @@ def load_parquet(path: str | Path, workers: int | None = None) -> TrajectoryColu
     meta, flat, read = open_checked(path)
     sink, checks = ColumnSink(*metadata_counts(meta, flat)), RowChecks()
     for bad, arrays, ids, tasks in in_groups(meta.num_row_groups, workers or os.cpu_count() or 1,
-                                             partial(checked_group, path, flat=flat)):
+                                             partial(checked_group, path, flat=flat, meta=meta)):
         checks.add(bad, ids)
         with counted():
             sink.extend(ids, tasks, **arrays)
