@@ -11,7 +11,8 @@ export`'s format) to a temporary directory, and times:
 - ``draligned cess estimate F.jsonl --json`` end to end in a subprocess, wall time and peak RSS
   (targets ≤ 10 s, ≤ 2 GB), and the same from F.parquet (target ≤ 2 s);
 - the steps of the Parquet run, in CPU µs per trajectory (decode, numpy checks, estimators, JSON text) in
-  one thread, and the command's start-up;
+  one thread, and the command's start-up; and its timeline (the serial start-up and end, the row groups'
+  span and how many cores they kept busy);
 - the same from a JSON Lines file whose every line the simdjson parse declines (the first 10^5 lines,
   each after a space: every line takes orjson's parse and its shape checks, in one worker process per
   core; ``jsonl-exact``);
@@ -218,6 +219,45 @@ def _parquet_stages(parquet: Path, groups: int = 16) -> dict[str, float]:
             "startup_cpu_seconds": round(_cpu_children() - start, 2), "rows_measured": rows}
 
 
+_TIMELINE = """
+import json, os, sys, threading, time
+start = time.perf_counter()
+from draligned.cess.heap import keep_freed_memory
+keep_freed_memory()
+from draligned.cess import parquet, parquet_lines
+spans, checked, group, finish = [], [], parquet_lines._group, parquet.RowChecks.finish
+def timed_group(*args, **kw):
+    begun = time.perf_counter()
+    try:
+        return group(*args, **kw)
+    finally:
+        spans.append((begun, time.perf_counter()))
+def timed_finish(self, read):
+    begun = time.perf_counter()
+    finish(self, read)
+    checked.append((begun, time.perf_counter()))
+parquet_lines._group, parquet.RowChecks.finish = timed_group, timed_finish
+lines = parquet_lines.parquet_lines(sys.argv[1], 0.0)
+with open(os.devnull, "wb") as sink:
+    for piece in lines:
+        sink.write(piece)
+end, first, last = time.perf_counter(), min(b for b, _ in spans), max(e for _, e in spans)
+print(json.dumps({"startup_seconds": first - start, "groups_seconds": last - first,
+                  "groups_cores_busy": sum(e - b for b, e in spans) / (last - first),
+                  "between_seconds": checked[0][0] - last, "final_check_seconds": checked[0][1] - checked[0][0],
+                  "output_seconds": end - checked[0][1], "total_seconds": end - start, "groups": len(spans)}))
+"""
+
+
+def _parquet_timeline(parquet: Path) -> dict[str, float]:
+    """Where the wall time of the ``--json`` pipeline goes, in one child process (draligned/cess/parquet_lines.py):
+    the start-up until the first row group starts, the span of the row groups and how many cores they kept
+    busy on average, the serial check at the end, and the output (to /dev/null). It wraps
+    ``parquet_lines._group`` and ``RowChecks.finish``: keep it in step with them."""
+    done = subprocess.run([sys.executable, "-c", _TIMELINE, str(parquet)], capture_output=True, text=True, check=True)
+    return {name: round(value, 3) for name, value in json.loads(done.stdout).items()}
+
+
 def _layout(parquet: Path) -> str:
     return (pq.read_metadata(parquet).metadata or {}).get(LAYOUT_KEY, b"nested").decode()
 
@@ -273,6 +313,7 @@ def main() -> None:
             report["cess_estimate_parquet"] = {**_timed_cli(parquet), "target_seconds": 2.0}
             if report["parquet_layout"] != "nested":
                 report["cess_estimate_parquet_steps"] = _parquet_stages(parquet)
+                report["cess_estimate_parquet_timeline"] = _parquet_timeline(parquet)
         if "bootstrap" in args.only:
             report["cluster_bootstrap_10000x200"] = {"seconds": round(_bootstrap(), 3), "target_seconds": 2.0}
         if "baseline" in args.only:
