@@ -1,10 +1,10 @@
 """Trajectories as Parquet: one row per trajectory, in one of two layouts.
 
-``cess export`` writes the flat layout (:mod:`draligned.cess.parquet_flat`: lists of primitives,
-named in the file's metadata), which decodes fastest. Files written before it have the nested
-layout: ``pool`` and ``rounds`` nested exactly as in the JSON record (a struct, a list of structs),
-so a row reads back as the same record; an absent optional field is NULL. :func:`load_parquet`
-reads either, chosen by the file's metadata. For the nested layout it checks the column types
+``cess export`` writes the flat layout (:mod:`draligned.cess.parquet_flat`: lists of primitives and
+the probabilities as bytes, named in the file's metadata), which decodes fastest. Files written
+before it have the nested layout: ``pool`` and ``rounds`` nested exactly as in the JSON record (a
+struct, a list of structs), so a row reads back as the same record; an absent optional field is
+NULL. :func:`load_parquet` reads either, chosen by the file's metadata. For the nested layout it checks the column types
 (DuckDB), then every rule of the JSON Lines loader with
 vectorised numpy over the columns pyarrow decodes (:mod:`draligned.cess.parquet_batch`: DuckDB's
 conversion of 1.8 × 10^8 nested doubles to numpy alone takes longer than the 2 s target at 10^6

@@ -1,4 +1,4 @@
-"""The flat Parquet layout of trajectories: every column a string, an integer or a list of primitives.
+"""The flat Parquet layouts of trajectories: every column a string, an integer, a list of primitives or bytes.
 
 One row per trajectory, as in the nested layout (:mod:`draligned.cess.parquet`), but the rounds are
 not a list of structs: each round field is its own list with one entry per round (``chosen``,
