@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from draligned.cess.parquet_batch import Checked, check_batch, flag, unlist
+from draligned.cess.parquet_batch import Checked, check_batch, nulls, unlist
 from draligned.cess.trajectory_rules import TrajectoryError
 
 LAYOUT_KEY = b"draligned.cess.layout"
@@ -92,13 +92,19 @@ def _binary(arr: pa.Array) -> bool:
     return pa.types.is_binary(arr.type) or pa.types.is_large_binary(arr.type)
 
 
-def _probs_length(arr: pa.Array) -> pa.Array:
-    """Per row, how many probabilities its ``probs`` holds (a binary value's bytes / 8; NULL where they
-    are not a whole number of float64s)."""
+def _offsets(arr: pa.Array) -> np.ndarray:
+    """A list or binary array's offsets (len + 1; items or bytes), from its buffer."""
+    kind = np.int64 if pa.types.is_large_binary(arr.type) or pa.types.is_large_list(arr.type) else np.int32
+    return np.frombuffer(arr.buffers()[1], kind)[arr.offset:arr.offset + len(arr) + 1].astype(np.int64)
+
+
+def _probs_length(arr: pa.Array) -> np.ndarray:
+    """Per row, how many probabilities its ``probs`` holds (a binary value's bytes / 8; -1 where they are
+    not a whole number of float64s; a NULL row is flagged apart)."""
+    size = np.diff(_offsets(arr))
     if not _binary(arr):
-        return pc.list_value_length(arr)
-    size = np.asarray(pc.fill_null(pc.binary_length(arr), 0).to_numpy(zero_copy_only=False), np.int64)
-    return pa.array(size // FLOAT.itemsize, mask=size % FLOAT.itemsize != 0)
+        return size
+    return np.where(size % FLOAT.itemsize == 0, size // FLOAT.itemsize, -1)
 
 
 def _probs_values(arr: pa.Array) -> tuple[np.ndarray, pa.Array]:
@@ -106,9 +112,7 @@ def _probs_values(arr: pa.Array) -> tuple[np.ndarray, pa.Array]:
     float64 values (a view of a binary column's bytes, whose rows are well shaped)."""
     if not _binary(arr):
         return unlist(arr)
-    kind = np.int64 if pa.types.is_large_binary(arr.type) else np.int32
-    offsets, data = arr.buffers()[1:3]
-    byte_off = np.frombuffer(offsets, kind)[arr.offset:arr.offset + len(arr) + 1].astype(np.int64)
+    byte_off, data = _offsets(arr), arr.buffers()[2]
     values = np.frombuffer(data, np.uint8)[byte_off[0]:byte_off[-1]].view(FLOAT) if data is not None else (
         np.zeros(0, FLOAT))
     values = np.require(values, requirements="A")  # a copy only after a value of odd length in the chunk
@@ -117,15 +121,13 @@ def _probs_values(arr: pa.Array) -> tuple[np.ndarray, pa.Array]:
 
 def _shape_faults(batch: pa.RecordBatch) -> np.ndarray:
     """Per row, whether a list the layout adds is NULL or of the wrong length (T entries, T × N probs)."""
-    col = batch.column
-    t, n = pc.list_value_length(col("chosen")), pc.list_value_length(col("doc_ids"))
-    faults = [pc.is_null(col("chosen")), pc.is_null(col("doc_ids")), pc.is_null(col("probs")),
-              pc.not_equal(_probs_length(col("probs")), pc.multiply(t, n))]
-    faults += [pc.is_null(col(name)) for name in ROUND_LISTS]
-    faults += [pc.not_equal(pc.list_value_length(col(name)), t) for name in ROUND_LISTS]
-    bad = np.zeros(batch.num_rows, bool)
-    for fault in faults:
-        bad |= flag(fault)
+    col = batch.column  # lengths from the offsets (a NULL row's are whatever they are: it is flagged apart)
+    t, n = np.diff(_offsets(col("chosen"))), np.diff(_offsets(col("doc_ids")))
+    bad = _probs_length(col("probs")) != t * n
+    for name in ROUND_LISTS:
+        bad |= np.diff(_offsets(col(name))) != t
+    for name in ("chosen", "doc_ids", "probs", *ROUND_LISTS):
+        bad |= nulls(col(name))
     return bad
 
 
