@@ -4,6 +4,7 @@ every rule checked, errors naming row and field (the record's field, or the flat
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 import os
 import random
@@ -258,3 +259,18 @@ def test_a_file_holding_more_values_than_its_metadata_counts_is_refused(
         load_parquet(path)
     with pytest.raises(TrajectoryError, match=refused):
         list(parquet_lines.parquet_lines(path, 0.5))
+
+
+def test_the_export_gathers_duckdbs_batches_into_full_row_groups(tmp_path: Path) -> None:
+    """DuckDB hands over a big file in batches of a few thousand rows whatever size is asked for."""
+    rng = random.Random(5)
+    jsonl, out = tmp_path / "t.jsonl", tmp_path / "t.parquet"
+    jsonl.write_text("".join(json.dumps(varied_trajectory(rng, i)) + "\n" for i in range(20)))
+    write_parquet(jsonl, out)
+    table = pq.read_table(out)
+    cuts = [0, 3, 8, 9, 18, 20]  # batches of 3, 5, 1, 9 and 2 rows
+    batches = [b for lo, hi in itertools.pairwise(cuts) for b in table.slice(lo, hi - lo).to_batches()]
+    groups = list(parquet.full_groups(batches, 4))
+    assert [g.num_rows for g in groups] == [8, 8, 4] and all(g.num_rows % 4 == 0 for g in groups)
+    assert pa.concat_tables(groups).equals(table)
+    assert [g.num_rows for g in parquet.full_groups(batches, 6)] == [6, 12, 2]
