@@ -11,7 +11,8 @@ export`'s format) to a temporary directory, and times:
 - ``draligned cess estimate F.jsonl --json`` end to end in a subprocess, wall time and peak RSS
   (targets ≤ 10 s, ≤ 2 GB), and the same from F.parquet (target ≤ 2 s);
 - the steps of the Parquet run, in CPU µs per trajectory (decode, numpy checks, estimators, JSON text) in
-  one thread, and the command's start-up;
+  one thread, and the command's start-up; and its timeline (the serial start-up and end, the row groups'
+  span and how many cores they kept busy);
 - the same from a JSON Lines file whose every line the simdjson parse declines (the first 10^5 lines,
   each after a space: every line takes orjson's parse and its shape checks, in one worker process per
   core; ``jsonl-exact``);
@@ -22,7 +23,8 @@ export`'s format) to a temporary directory, and times:
 Wall and CPU seconds are both printed: on a machine shared with other jobs the wall time measures them.
 ``--dir DIR`` keeps the two files there and reuses them when they exist (generating them takes minutes;
 the in-memory columns are then read back from the Parquet file; ``parquet_layout`` says which layout a
-reused file has: ``flat-1`` as ``cess export`` writes now, or the older ``nested``); ``--only`` runs some parts.
+reused file has: ``flat-2`` as ``cess export`` writes now; a reused file of an older layout, ``flat-1`` or
+``nested``, is exported again from the JSON Lines file first, about a minute); ``--only`` runs some parts.
 
 Prints one JSON object: every figure next to its target.
 """
@@ -51,11 +53,15 @@ from draligned.cess.columns import NEVER, ColumnBuilder, TrajectoryColumns
 from draligned.cess.estimators import trajectory_estimates
 from draligned.cess.metrics import cluster_ci
 from draligned.cess.parquet import load_parquet, write_parquet
-from draligned.cess.parquet_flat import LAYOUT_KEY
+from draligned.cess.parquet_flat import FLAT_BINARY, LAYOUT_KEY
 from draligned.cess.trajectory import load_trajectories
 
 N_DOCS, BUDGET, STOP, SEED, CHUNK = 20, 10, 0.02, 14, 20_000
 PARTS = ("estimators", "jsonl", "jsonl-exact", "parquet", "bootstrap", "baseline")
+WARM_GROUPS = 4
+"""Row groups the step timer decodes before it measures: a binary column's buffer grows by doubling, so the
+first groups touch fresh pages (measured: decode 1.8 µs a trajectory after one group, 1.2 after four;
+the command's 107 groups spread that)."""
 EXACT_LINES = 100_000
 """Lines of the ``jsonl-exact`` file: each after a space, so that every line takes orjson's parse."""
 
@@ -177,20 +183,18 @@ def _estimators(cols: TrajectoryColumns) -> dict[str, float]:
 
 def _parquet_stages(parquet: Path, groups: int = 16) -> dict[str, float]:
     """CPU µs per trajectory of each step of ``cess estimate F.parquet --json`` (draligned/cess/parquet_lines.py),
-    in one thread over ``groups`` row groups after one unmeasured (the pipeline runs them one thread per
+    in one thread over ``groups`` row groups after WARM_GROUPS unmeasured (the pipeline runs them one thread per
     core), and the CPU seconds of the command's start-up (imports, then a file that does not exist). The steps
     mirror ``parquet_lines._group`` and ``_lines`` one by one, so that each can be timed: keep them in step."""
     import duckdb
 
-    from draligned.cess.heap import keep_freed_memory
     from draligned.cess.json_lines import json_lines
     from draligned.cess.parquet_flat import FLAT_SCHEMA, check_flat_batch
 
-    keep_freed_memory()
     file = pq.ParquetFile(parquet, memory_map=True, read_dictionary=["doc_ids.list.element", "chosen.list.element"])
     con, rows = duckdb.connect(config={"threads": 1}), 0
     spent = dict.fromkeys(("decode", "check", "estimate", "json"), 0.0)
-    for group in range(min(groups + 1, file.metadata.num_row_groups)):
+    for group in range(min(groups + WARM_GROUPS, file.metadata.num_row_groups)):
         laps = [time.process_time()]
         table = file.read_row_group(group, columns=FLAT_SCHEMA.names, use_threads=False)
         laps.append(time.process_time())
@@ -204,8 +208,8 @@ def _parquet_stages(parquet: Path, groups: int = 16) -> dict[str, float]:
             laps.append(time.process_time())
             sum(len(piece) for piece in json_lines(cols, est, con))
             laps.append(time.process_time())
-            rows += len(ids) if group else 0
-        if group:  # the first group warms the allocators up
+            rows += len(ids) if group >= WARM_GROUPS else 0
+        if group >= WARM_GROUPS:  # the first groups warm the allocators up
             spent["decode"] += laps[1] - laps[0]
             for at in range(1, len(laps) - 1, 3):
                 for k, step in enumerate(("check", "estimate", "json")):
@@ -215,6 +219,60 @@ def _parquet_stages(parquet: Path, groups: int = 16) -> dict[str, float]:
                     "--json"], capture_output=True, check=False)
     return {**{f"{step}_cpu_us_per_row": round(cpu * 1e6 / rows, 2) for step, cpu in spent.items()},
             "startup_cpu_seconds": round(_cpu_children() - start, 2), "rows_measured": rows}
+
+
+_TIMELINE = """
+import json, os, sys, threading, time
+start = time.perf_counter()
+from draligned.cess.heap import keep_freed_memory
+keep_freed_memory()
+from draligned.cess import parquet, parquet_lines
+spans, checked, group, finish = [], [], parquet_lines._group, parquet.RowChecks.finish
+def timed_group(*args, **kw):
+    begun = time.perf_counter()
+    try:
+        return group(*args, **kw)
+    finally:
+        spans.append((begun, time.perf_counter()))
+def timed_finish(self, read):
+    begun = time.perf_counter()
+    finish(self, read)
+    checked.append((begun, time.perf_counter()))
+parquet_lines._group, parquet.RowChecks.finish = timed_group, timed_finish
+lines = parquet_lines.parquet_lines(sys.argv[1], 0.0)
+with open(os.devnull, "wb") as sink:
+    for piece in lines:
+        sink.write(piece)
+end, first, last = time.perf_counter(), min(b for b, _ in spans), max(e for _, e in spans)
+print(json.dumps({"startup_seconds": first - start, "groups_seconds": last - first,
+                  "groups_cores_busy": sum(e - b for b, e in spans) / (last - first),
+                  "between_seconds": checked[0][0] - last, "final_check_seconds": checked[0][1] - checked[0][0],
+                  "output_seconds": end - checked[0][1], "total_seconds": end - start, "groups": len(spans)}))
+"""
+
+
+def _parquet_timeline(parquet: Path) -> dict[str, float]:
+    """Where the wall time of the ``--json`` pipeline goes, in one child process (draligned/cess/parquet_lines.py):
+    the start-up until the first row group starts, the span of the row groups and how many cores they kept
+    busy on average, the serial check at the end, and the output (to /dev/null). It wraps
+    ``parquet_lines._group`` and ``RowChecks.finish``: keep it in step with them."""
+    done = subprocess.run([sys.executable, "-c", _TIMELINE, str(parquet)], capture_output=True, text=True, check=True)
+    return {name: round(value, 3) for name, value in json.loads(done.stdout).items()}
+
+
+def _stages_apart(parquet: Path) -> dict[str, float]:
+    """:func:`_parquet_stages` in a child process that keeps freed memory before pyarrow loads, as the command
+    does (this process imported pyarrow first, so mimalloc's purged pages inflated the decode)."""
+    code = ("import json, sys; from pathlib import Path; from draligned.cess.heap import keep_freed_memory; "
+            "keep_freed_memory(); sys.path.insert(0, sys.argv[2]); import cess_scale; "
+            "print(json.dumps(cess_scale._parquet_stages(Path(sys.argv[1]))))")
+    done = subprocess.run([sys.executable, "-c", code, str(parquet), str(Path(__file__).parent)],
+                          capture_output=True, text=True, check=True)
+    return json.loads(done.stdout)
+
+
+def _layout(parquet: Path) -> str:
+    return (pq.read_metadata(parquet).metadata or {}).get(LAYOUT_KEY, b"nested").decode()
 
 
 def _machine() -> dict[str, object]:
@@ -246,10 +304,12 @@ def main() -> None:
         if not (jsonl.exists() and parquet.exists()):
             cols = generate(args.trajectories, jsonl)
             write_parquet(jsonl, parquet)
+        elif _layout(parquet) != FLAT_BINARY.decode():  # measure the layout cess export writes now
+            write_parquet(jsonl, parquet)
         report: dict[str, Any] = {
             "trajectories": args.trajectories, "docs": N_DOCS, "budget": BUDGET,
             "jsonl_mb": round(jsonl.stat().st_size / 2**20), "parquet_mb": round(parquet.stat().st_size / 2**20),
-            "parquet_layout": (pq.read_metadata(parquet).metadata or {}).get(LAYOUT_KEY, b"nested").decode(),
+            "parquet_layout": _layout(parquet),
             "setup_seconds": round(time.perf_counter() - start, 1)}
         if "estimators" in args.only:
             cols = cols or load_parquet(parquet)
@@ -264,8 +324,9 @@ def main() -> None:
                 "cpu_seconds_per_1e6": round(exact["cpu_seconds"] * 1e6 / EXACT_LINES, 1)}
         if "parquet" in args.only:
             report["cess_estimate_parquet"] = {**_timed_cli(parquet), "target_seconds": 2.0}
-            if report["parquet_layout"] == "flat-1":
-                report["cess_estimate_parquet_steps"] = _parquet_stages(parquet)
+            if report["parquet_layout"] != "nested":
+                report["cess_estimate_parquet_steps"] = _stages_apart(parquet)
+                report["cess_estimate_parquet_timeline"] = _parquet_timeline(parquet)
         if "bootstrap" in args.only:
             report["cluster_bootstrap_10000x200"] = {"seconds": round(_bootstrap(), 3), "target_seconds": 2.0}
         if "baseline" in args.only:

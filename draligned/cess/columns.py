@@ -137,11 +137,13 @@ class ColumnBuilder:
                 parts.clear()
 
     def build(self) -> TrajectoryColumns:
-        """The collected trajectories as one set of columns (each field joined, then its parts freed)."""
+        """The collected trajectories as one set of columns (each field joined, then its parts freed; a field
+        of one part is that array itself, not a copy: a pipeline builds each checked part alone)."""
         cat: dict[str, np.ndarray] = {}
         for name, parts in self.parts.items():
             joined = self.slabs[name] + parts
-            cat[name] = (np.concatenate(joined) if joined else np.zeros(0)).astype(KINDS[name], copy=False)
+            whole = joined[0] if len(joined) == 1 else np.concatenate(joined) if joined else np.zeros(0)
+            cat[name] = whole.astype(KINDS[name], copy=False)
             parts.clear()
             self.slabs[name].clear()
             del joined

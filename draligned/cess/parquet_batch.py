@@ -43,10 +43,13 @@ def _floats(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
 
 def flag(arr: pa.Array) -> np.ndarray:
     """A boolean Arrow array as numpy, null counted as True (suspect)."""
-    return np.asarray(pc.fill_null(arr, True).to_numpy(zero_copy_only=False), bool)
+    return np.asarray((pc.fill_null(arr, True) if arr.null_count else arr).to_numpy(zero_copy_only=False), bool)
 
 
-def _nulls(arr: pa.Array) -> np.ndarray:
+def nulls(arr: pa.Array) -> np.ndarray:
+    """Per element, whether it is NULL."""
+    if arr.null_count == 0:  # Arrow counts them with the validity bitmap: no bitmap to unpack
+        return np.zeros(len(arr), bool)
     return np.asarray(arr.is_null().to_numpy(zero_copy_only=False), bool)
 
 
@@ -109,7 +112,7 @@ def check_batch(batch: pa.RecordBatch) -> Checked:
     b, col = batch.num_rows, batch.column
     ids, tasks, ranking, budget, pool, rounds = (col(name) for name in (
         "trajectory_id", "task_id", "ranking", "budget", "pool", "rounds"))
-    bad = flag(pc.equal(ids, "")) | flag(pc.equal(tasks, "")) | flag(pc.less(budget, 1)) | _nulls(pool)
+    bad = flag(pc.equal(ids, "")) | flag(pc.equal(tasks, "")) | flag(pc.less(budget, 1)) | nulls(pool)
     bad |= ~flag(pc.or_kleene(pc.is_null(ranking), pc.is_in(ranking, value_set=_RANKINGS)))
     budget_f = np.asarray(pc.fill_null(budget, 1).to_numpy(zero_copy_only=False), float)
     doc_ids, pool_y, pool_m = pool.flatten()
@@ -120,12 +123,12 @@ def check_batch(batch: pa.RecordBatch) -> Checked:
     encoded = _encoded(doc_values)
     doc_codes = np.asarray(pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False), np.int32)
     empty = pc.index(encoded.dictionary, "").as_py()
-    bad |= _nulls(doc_ids) | (n == 0) | _any_per(owner_d, (doc_codes < 0) | (doc_codes == empty), b)
+    bad |= nulls(doc_ids) | (n == 0) | _any_per(owner_d, (doc_codes < 0) | (doc_codes == empty), b)
 
     doc_y = np.full(len(doc_codes), np.nan)
     y_off, y_values = unlist(pool_y)
     yv, y_valid = _floats(y_values)
-    y_len, y_absent = np.diff(y_off), _nulls(pool_y)
+    y_len, y_absent = np.diff(y_off), nulls(pool_y)
     bad |= ~y_absent & (y_len != n)
     bad |= _any_per(np.repeat(np.arange(b), y_len), y_valid & ~((yv >= -1) & (yv <= 1)), b)
     if np.array_equal(y_off, doc_off):
@@ -137,7 +140,7 @@ def check_batch(batch: pa.RecordBatch) -> Checked:
 
     m_off, m_values = unlist(pool_m)
     mv = np.asarray(m_values.to_numpy(zero_copy_only=False), float)
-    m_absent = _nulls(pool_m)
+    m_absent = nulls(pool_m)
     bad |= ~m_absent & (np.diff(m_off) != n)
     bad |= _any_per(np.repeat(np.arange(b), np.diff(m_off)), ~np.isfinite(mv), b)
     doc_m = mv if np.array_equal(m_off, doc_off) else np.zeros(len(doc_codes))
@@ -149,7 +152,7 @@ def check_batch(batch: pa.RecordBatch) -> Checked:
     r_off, r_values = unlist(rounds)
     n_rounds = np.diff(r_off)
     owner_r = np.repeat(np.arange(b), n_rounds)
-    bad |= _nulls(rounds) | (n_rounds == 0) | (n_rounds > budget_f) | _any_per(owner_r, _nulls(r_values), b)
+    bad |= nulls(rounds) | (n_rounds == 0) | (n_rounds > budget_f) | _any_per(owner_r, nulls(r_values), b)
     probs, chosen_ids, stop_prob, round_y = r_values.flatten()
     if pa.types.is_dictionary(chosen_ids.type):  # as Parquet stores it: look up the few distinct ids
         chosen_codes = pc.take(pc.index_in(chosen_ids.dictionary, value_set=encoded.dictionary), chosen_ids.indices)
@@ -172,7 +175,7 @@ def check_batch(batch: pa.RecordBatch) -> Checked:
     first[r_off[:-1][n_rounds > 0]] = True
     pool_y_j = np.where(shaped, doc_y[np.where(shaped, doc_off[owner_r] + chosen, 0)], np.nan) if len(doc_y) else ry
     score = np.where(ry_valid, ry, pool_y_j)
-    bad_round = (_nulls(probs) | ~shaped | ~(low >= 0) | ~(np.abs(total - 1.0) <= PROB_SUM_TOLERANCE - PROB_SUM_MARGIN)
+    bad_round = (nulls(probs) | ~shaped | ~(low >= 0) | ~(np.abs(total - 1.0) <= PROB_SUM_TOLERANCE - PROB_SUM_MARGIN)
                  | ~(p > 0) | ~(sv >= 0) | ~(sv < 1) | (first & (sv != 0)) | np.isnan(score)
                  | (ry_valid & ~((ry >= -1) & (ry <= 1))) | (np.abs(ry - pool_y_j) > Y_TOLERANCE))
     bad |= _any_per(owner_r, bad_round, b)

@@ -1,12 +1,15 @@
-"""The flat Parquet layout of trajectories: every column a string, an integer or a list of primitives.
+"""The flat Parquet layouts of trajectories: every column a string, an integer, a list of primitives or bytes.
 
 One row per trajectory, as in the nested layout (:mod:`draligned.cess.parquet`), but the rounds are
 not a list of structs: each round field is its own list with one entry per round (``chosen``,
 ``stop_prob``, ``round_y``), and ``probs`` holds all T × N probabilities of the trajectory, round by
 round. Pool fields are ``doc_ids``, ``doc_y``, ``doc_m``. The file's key-value metadata names the
-layout (:data:`LAYOUT_KEY` = :data:`FLAT`), so a reader tells the two apart by the file, not its name.
+layout (:data:`LAYOUT_KEY`), so a reader tells the layouts apart by the file, not its name.
 Decoding flat lists of doubles is cheaper than a list of structs of lists (measured in
-benchmarks/README.md), and the per-round ``probs`` offsets follow from T and N.
+benchmarks/README.md), and the per-round ``probs`` offsets follow from T and N. ``cess export`` writes
+:data:`FLAT_BINARY` (``flat-2``): ``probs`` is one binary value per row, the T × N little-endian float64
+bytes, read as a numpy view of the page (Parquet's repetition levels for 1.8 × 10^8 list items cost twice
+its decode); :data:`FLAT` (``flat-1``, ``probs`` a list of doubles) still reads.
 
 The checks are those of the nested layout: :func:`check_flat_batch` checks the lengths the layout
 adds (each round list has T entries, ``probs`` T × N), rebuilds the nested arrays as views and runs
@@ -23,13 +26,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from draligned.cess.parquet_batch import Checked, check_batch, flag, unlist
+from draligned.cess.parquet_batch import Checked, check_batch, nulls, unlist
 from draligned.cess.trajectory_rules import TrajectoryError
 
 LAYOUT_KEY = b"draligned.cess.layout"
 """Parquet key-value metadata key naming the layout; absent in the nested files written before."""
 FLAT = b"flat-1"
-"""The value of :data:`LAYOUT_KEY` for this layout."""
+"""The value of :data:`LAYOUT_KEY` for the layout with ``probs`` as a list of doubles."""
+FLAT_BINARY = b"flat-2"
+"""The value of :data:`LAYOUT_KEY` for the layout with ``probs`` as binary (:data:`FLAT_BINARY_SCHEMA`)."""
 
 
 def _list(kind: pa.DataType, items_null: bool = False) -> pa.DataType:
@@ -47,12 +52,21 @@ FLAT_SCHEMA = pa.schema([
 """The columns of the flat layout as written (NULL: an absent optional field, as in the nested layout).
 Lists and numbers that are never absent are written non-nullable (fewer levels to decode: the
 probabilities decode in about 60% of the time); a reader takes either."""
+FLAT_BINARY_SCHEMA = FLAT_SCHEMA.set(FLAT_SCHEMA.get_field_index("probs"),
+                                     pa.field("probs", pa.large_binary(), nullable=False)).with_metadata(
+    {LAYOUT_KEY: FLAT_BINARY})
+"""The columns of ``flat-2``: those of :data:`FLAT_SCHEMA`, ``probs`` as the T × N float64 (little-endian)
+bytes of a row (64-bit offsets: a batch's probabilities may pass 2 GB)."""
+SCHEMAS = {FLAT: FLAT_SCHEMA, FLAT_BINARY: FLAT_BINARY_SCHEMA}
+"""Each flat layout's columns, by its :data:`LAYOUT_KEY` value."""
+FLOAT = np.dtype("<f8")
+"""A ``flat-2`` probability's bytes."""
 ROUND_LISTS = ("stop_prob", "round_y")
 """Round fields besides ``chosen``: one entry per round each."""
 
 
 def flatten_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
-    """A nested-layout batch (the JSON record's shape) in the flat layout; views where Arrow allows.
+    """A nested-layout batch (the JSON record's shape) in the ``flat-2`` layout; views where Arrow allows.
 
     The batch holds validated trajectories: NULL rounds or probability lists are refused."""
     rounds = batch.column("rounds")
@@ -63,26 +77,57 @@ def flatten_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
     round_off = unlist(rounds)[0]
     r_off = pa.array(round_off.astype(np.int32))
     p_off = np.asarray(probs.offsets, np.int64)[round_off]
-    flat_probs = pa.ListArray.from_arrays(pa.array((p_off - p_off[0]).astype(np.int32)), unlist(probs)[1])
+    values = np.ascontiguousarray(unlist(probs)[1].to_numpy(), FLOAT)
+    flat_probs = pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(round_off) - 1, [
+        None, pa.py_buffer((p_off - p_off[0]) * FLOAT.itemsize), pa.py_buffer(values)])
     doc_ids, doc_y, doc_m = batch.column("pool").flatten()
     columns = [batch.column(name) for name in ("trajectory_id", "task_id", "ranking")]
     columns += [pc.cast(batch.column("budget"), pa.int64()), doc_ids, doc_y, doc_m]
     columns += [pa.ListArray.from_arrays(r_off, values) for values in (chosen, stop, round_y)] + [flat_probs]
-    return pa.RecordBatch.from_arrays([c.cast(f.type) for c, f in zip(columns, FLAT_SCHEMA, strict=True)],
-                                      schema=FLAT_SCHEMA)
+    return pa.RecordBatch.from_arrays([c.cast(f.type) for c, f in zip(columns, FLAT_BINARY_SCHEMA, strict=True)],
+                                      schema=FLAT_BINARY_SCHEMA)
+
+
+def _binary(arr: pa.Array) -> bool:
+    return pa.types.is_binary(arr.type) or pa.types.is_large_binary(arr.type)
+
+
+def _offsets(arr: pa.Array) -> np.ndarray:
+    """A list or binary array's offsets (len + 1; items or bytes), from its buffer."""
+    kind = np.int64 if pa.types.is_large_binary(arr.type) or pa.types.is_large_list(arr.type) else np.int32
+    return np.frombuffer(arr.buffers()[1], kind)[arr.offset:arr.offset + len(arr) + 1].astype(np.int64)
+
+
+def _probs_length(arr: pa.Array) -> np.ndarray:
+    """Per row, how many probabilities its ``probs`` holds (a binary value's bytes / 8; -1 where they are
+    not a whole number of float64s; a NULL row is flagged apart)."""
+    size = np.diff(_offsets(arr))
+    if not _binary(arr):
+        return size
+    return np.where(size % FLOAT.itemsize == 0, size // FLOAT.itemsize, -1)
+
+
+def _probs_values(arr: pa.Array) -> tuple[np.ndarray, pa.Array]:
+    """:func:`~draligned.cess.parquet_batch.unlist` of ``probs``: offsets in probabilities (from 0) and the
+    float64 values (a view of a binary column's bytes, whose rows are well shaped)."""
+    if not _binary(arr):
+        return unlist(arr)
+    byte_off, data = _offsets(arr), arr.buffers()[2]
+    values = np.frombuffer(data, np.uint8)[byte_off[0]:byte_off[-1]].view(FLOAT) if data is not None else (
+        np.zeros(0, FLOAT))
+    values = np.require(values, requirements="A")  # a copy only after a value of odd length in the chunk
+    return (byte_off - byte_off[0]) // FLOAT.itemsize, pa.array(values)
 
 
 def _shape_faults(batch: pa.RecordBatch) -> np.ndarray:
     """Per row, whether a list the layout adds is NULL or of the wrong length (T entries, T × N probs)."""
-    col = batch.column
-    t, n = pc.list_value_length(col("chosen")), pc.list_value_length(col("doc_ids"))
-    faults = [pc.is_null(col("chosen")), pc.is_null(col("doc_ids")), pc.is_null(col("probs")),
-              pc.not_equal(pc.list_value_length(col("probs")), pc.multiply(t, n))]
-    faults += [pc.is_null(col(name)) for name in ROUND_LISTS]
-    faults += [pc.not_equal(pc.list_value_length(col(name)), t) for name in ROUND_LISTS]
-    bad = np.zeros(batch.num_rows, bool)
-    for fault in faults:
-        bad |= flag(fault)
+    col = batch.column  # lengths from the offsets (a NULL row's are whatever they are: it is flagged apart)
+    t, n = np.diff(_offsets(col("chosen"))), np.diff(_offsets(col("doc_ids")))
+    bad = _probs_length(col("probs")) != t * n
+    for name in ROUND_LISTS:
+        bad |= np.diff(_offsets(col(name))) != t
+    for name in ("chosen", "doc_ids", "probs", *ROUND_LISTS):
+        bad |= nulls(col(name))
     return bad
 
 
@@ -94,7 +139,7 @@ def nested_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
     t = np.diff(r_off)
     owner = np.repeat(np.arange(batch.num_rows), t)
     step = np.arange(len(owner)) - r_off[:-1][owner]
-    p_off, p_values = unlist(col("probs"))
+    p_off, p_values = _probs_values(col("probs"))
     round_off = np.append(p_off[:-1][owner] + step * n[owner], p_off[-1]).astype(np.int32)
     probs = pa.ListArray.from_arrays(pa.array(round_off), p_values)
     steps = pa.StructArray.from_arrays([probs, chosen] + [unlist(col(name))[1] for name in ROUND_LISTS],
@@ -130,6 +175,10 @@ def flat_record(row: dict[str, Any], line: int, where: str) -> dict[str, Any]:
         if row[name] is None:
             raise fault(name, "is NULL (a list is required: use [] or a list of NULLs for absent values)")
     t, n = len(chosen), len(docs)
+    if isinstance(probs, bytes):  # flat-2
+        if len(probs) % FLOAT.itemsize:
+            raise fault("probs", f"has {len(probs)} bytes, not a whole number of float64 values (8 bytes each)")
+        probs = np.frombuffer(probs, FLOAT).tolist()
     for name in ROUND_LISTS:
         if len(row[name]) != t:
             raise fault(name, f"has {len(row[name])} entries, expected {t} (one per round, as in chosen)")

@@ -19,6 +19,8 @@ from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 
+import pyarrow.parquet as pq
+
 from draligned.cess.columns import ColumnCount
 from draligned.cess.parquet import RowChecks, checked_group, counted, in_groups, metadata_counts, open_checked
 from draligned.cess.parquet_batch import Checked
@@ -30,12 +32,12 @@ def _part(part: Checked, lam: float, connection: PartConnection) -> Lines:
     return part_lines([(ids, tasks, arrays)], lam, connection)
 
 
-def _group(path: Path, group: int, flat: bool, lam: float,
+def _group(path: Path, group: int, flat: bool, meta: pq.FileMetaData, lam: float,
            connection: PartConnection) -> list[tuple[Checked, Lines | None]]:
     """One row group checked batch by batch, each clean batch's lines written (None for a batch with a
     suspect row: it waits for the validator)."""
     return [(part, None if part[0].any() else _part(part, lam, connection))
-            for part in checked_group(path, group, flat)]
+            for part in checked_group(path, group, flat, meta)]
 
 
 def parquet_lines(path: str | Path, lam: float, workers: int | None = None) -> Iterator[bytes | memoryview]:
@@ -50,7 +52,7 @@ def parquet_lines(path: str | Path, lam: float, workers: int | None = None) -> I
     meta, flat, read = open_checked(path)
     done: list[Checked | Lines] = []  # a batch's lines, or the checked batch itself until the validator decides
     checks, count, connection = RowChecks(), ColumnCount(*metadata_counts(meta, flat)), PartConnection()
-    group = partial(_group, path, flat=flat, lam=lam, connection=connection)
+    group = partial(_group, path, flat=flat, meta=meta, lam=lam, connection=connection)
     for part, lines in in_groups(meta.num_row_groups, workers or os.cpu_count() or 1, group):
         checks.add(part[0], part[2])
         with counted():  # refused as load_parquet refuses it

@@ -4,9 +4,11 @@ every rule checked, errors naming row and field (the record's field, or the flat
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 import os
 import random
+import struct
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,7 +23,7 @@ from draligned.cess.columns import TrajectoryColumns
 from draligned.cess.fastload import load_columns
 from draligned.cess.heap import keep_freed_memory
 from draligned.cess.parquet import load_parquet, write_nested_parquet, write_parquet
-from draligned.cess.parquet_flat import FLAT, FLAT_SCHEMA, LAYOUT_KEY
+from draligned.cess.parquet_flat import FLAT_BINARY, FLAT_BINARY_SCHEMA, FLAT_SCHEMA, LAYOUT_KEY
 from draligned.cess.trajectory import TrajectoryError, load_trajectories
 from draligned.cli import main
 from tests.cess.test_columns import varied_trajectory
@@ -33,6 +35,9 @@ FIELDS = ("budget", "doc_start", "doc_m", "doc_y", "first_support", "round_start
 NULLABLE = pa.schema([pa.field(f.name, pa.list_(f.type.value_type) if pa.types.is_list(f.type) else f.type)
                       for f in FLAT_SCHEMA], metadata=FLAT_SCHEMA.metadata)
 """The flat columns with every list and item nullable: what another writer may produce."""
+BINARY = pa.schema([pa.field(f.name, pa.binary()) if f.name == "probs" else f for f in NULLABLE],
+                   metadata=FLAT_BINARY_SCHEMA.metadata)
+"""``flat-2`` as another writer may write it: nullable, ``probs`` with 32-bit offsets."""
 
 
 def _equal(a: TrajectoryColumns, b: TrajectoryColumns) -> None:
@@ -51,6 +56,22 @@ def flat_row(record: dict[str, Any]) -> dict[str, Any]:
             "probs": [p for r in rounds for p in r.get("probs", [])]}
 
 
+def binary_row(record: dict[str, Any]) -> dict[str, Any]:
+    """A JSON record as one ``flat-2`` row (``probs`` as little-endian float64 bytes), written here by hand."""
+    row = flat_row(record)
+    return row | {"probs": b"".join(struct.pack("<d", p) for p in row["probs"])}
+
+
+def _binary(case: tuple[str, Callable[[dict], None], str, str]) -> bool:
+    """Whether a bad record's probabilities are all numbers (else flat-2 cannot hold them)."""
+    record = copy.deepcopy(VALID)
+    case[1](record)
+    return all(type(p) in (int, float) for r in record.get("rounds", []) for p in r.get("probs", []))
+
+
+BINARY_CASES = [c for c in ROW_CASES if _binary(c)]
+
+
 def _flat_file(path: Path, rows: list[dict[str, Any]], schema: pa.Schema = NULLABLE, **kw: Any) -> Path:
     pq.write_table(pa.Table.from_pylist(rows, schema=schema), path, **kw)
     return path
@@ -63,13 +84,15 @@ def test_flat_nested_and_json_lines_give_exactly_the_same_columns(tmp_path: Path
     jsonl.write_text("".join(json.dumps(r) + "\n" for r in records))
     write_parquet(jsonl, flat)
     write_nested_parquet(jsonl, nested)
-    assert pq.read_metadata(flat).metadata[LAYOUT_KEY] == FLAT and not pq.read_metadata(nested).metadata
-    assert pq.read_schema(flat).remove_metadata() == FLAT_SCHEMA.remove_metadata()
+    assert pq.read_metadata(flat).metadata[LAYOUT_KEY] == FLAT_BINARY and not pq.read_metadata(nested).metadata
+    assert pq.read_schema(flat).remove_metadata() == FLAT_BINARY_SCHEMA.remove_metadata()
     from_flat = load_parquet(flat)
     _equal(from_flat, load_columns(jsonl))
     _equal(from_flat, load_parquet(nested))
     by_hand = _flat_file(tmp_path / "h.parquet", [flat_row(r) for r in records], row_group_size=7)  # 43 groups
-    _equal(load_parquet(by_hand, workers=2), from_flat)
+    _equal(load_parquet(by_hand, workers=2), from_flat)  # flat-1, as cess export wrote it before
+    binary = _flat_file(tmp_path / "b.parquet", [binary_row(r) for r in records], BINARY, row_group_size=9)
+    _equal(load_parquet(binary, workers=2), from_flat)
     assert not from_flat.full_support.all() and np.isnan(from_flat.doc_y).any()
 
 
@@ -83,6 +106,12 @@ def test_a_bad_flat_row_is_named_by_row_trajectory_and_field(
     path = _flat_file(tmp_path / "t.parquet", [flat_row(r) for r in [*good, bad, VALID]], row_group_size=8)
     with pytest.raises(TrajectoryError) as info:
         load_parquet(path)
+    if any(c[0] == name for c in BINARY_CASES):  # the same row in flat-2, the same error
+        binary = _flat_file(tmp_path / "b.parquet", [binary_row(r) for r in [*good, bad, VALID]], BINARY,
+                            row_group_size=8)
+        with pytest.raises(TrajectoryError) as in_binary:
+            load_parquet(binary)
+        assert str(in_binary.value) == str(info.value)
     assert str(info.value).startswith(f"row 31 (trajectory_id 'bad'): {info.value.field}: ")
     if name == "probs length differs from N":  # the flat list holds every round's probabilities
         assert (info.value.field, info.value.message) == ("probs", "has 5 values, expected 2 rounds × 3 documents = 6")
@@ -122,6 +151,23 @@ def test_flat_lists_of_the_wrong_length_name_their_column(
     assert str(info.value) == f"row 2 (trajectory_id 'bad'): {field}: {message}"
 
 
+BINARY_SHAPES = [
+    (b"\0" * 47, "has 47 bytes, not a whole number of float64 values (8 bytes each)"),
+    (struct.pack("<7d", *[1 / 7] * 7), "has 7 values, expected 2 rounds × 3 documents = 6"),
+    (None, "is NULL (a list is required: use [] or a list of NULLs for absent values)"),
+]
+
+
+@pytest.mark.parametrize(("probs", "message"), BINARY_SHAPES, ids=["odd bytes", "7 values", "null"])
+def test_flat_2_probabilities_of_the_wrong_size_are_named(tmp_path: Path, probs: bytes | None, message: str) -> None:
+    """A later batch of the same row group still reads its probabilities where they start (row 2 shifts them)."""
+    rows = [binary_row(VALID | {"trajectory_id": f"t{i}"}) for i in range(5)]
+    path = _flat_file(tmp_path / "t.parquet", [rows[0], rows[1] | {"probs": probs}, *rows[2:]], BINARY)
+    with pytest.raises(TrajectoryError) as info:
+        load_parquet(path)
+    assert str(info.value) == f"row 2 (trajectory_id 't1'): probs: {message}"
+
+
 def test_an_earlier_bad_row_is_named_before_a_later_badly_shaped_one(tmp_path: Path) -> None:
     early = flat_row(copy.deepcopy(VALID) | {"trajectory_id": "early", "budget": 0})
     late = flat_row(VALID | {"trajectory_id": "late"}) | {"round_y": []}
@@ -137,11 +183,14 @@ SCHEMAS = [
     (NULLABLE.set(10, pa.field("probs", pa.list_(pa.float32()))),
      r"^schema: probs: has type list<float>, expected list<double>"),
     (NULLABLE.append(pa.field("note", pa.string())), r"^schema: note: unexpected column"),
-    (NULLABLE.with_metadata({LAYOUT_KEY: b"flat-9"}), r"^metadata: draligned\.cess\.layout: unknown layout b'flat-9'"),
+    (NULLABLE.with_metadata({LAYOUT_KEY: b"flat-9"}),
+     r"^metadata: draligned\.cess\.layout: unknown layout b'flat-9' \(this version reads b'flat-1' and b'flat-2'\)"),
+    (NULLABLE.with_metadata({LAYOUT_KEY: FLAT_BINARY}), r"^schema: probs: has type list<double>, expected binary"),
 ]
 
 
-@pytest.mark.parametrize(("schema", "error"), SCHEMAS, ids=["missing", "type", "item type", "extra", "version"])
+@pytest.mark.parametrize(("schema", "error"), SCHEMAS,
+                         ids=["missing", "type", "item type", "extra", "version", "flat-2 probs"])
 def test_a_flat_file_of_another_schema_or_version_is_refused(tmp_path: Path, schema: pa.Schema, error: str) -> None:
     row = flat_row(VALID)
     values = {f.name: str(row[f.name]) if f.type == pa.string() and f.name == "budget" else row.get(f.name)
@@ -211,3 +260,18 @@ def test_a_file_holding_more_values_than_its_metadata_counts_is_refused(
         load_parquet(path)
     with pytest.raises(TrajectoryError, match=refused):
         list(parquet_lines.parquet_lines(path, 0.5))
+
+
+def test_the_export_gathers_duckdbs_batches_into_full_row_groups(tmp_path: Path) -> None:
+    """DuckDB hands over a big file in batches of a few thousand rows whatever size is asked for."""
+    rng = random.Random(5)
+    jsonl, out = tmp_path / "t.jsonl", tmp_path / "t.parquet"
+    jsonl.write_text("".join(json.dumps(varied_trajectory(rng, i)) + "\n" for i in range(20)))
+    write_parquet(jsonl, out)
+    table = pq.read_table(out)
+    cuts = [0, 3, 8, 9, 18, 20]  # batches of 3, 5, 1, 9 and 2 rows
+    batches = [b for lo, hi in itertools.pairwise(cuts) for b in table.slice(lo, hi - lo).to_batches()]
+    groups = list(parquet.full_groups(batches, 4))
+    assert [g.num_rows for g in groups] == [8, 8, 4] and all(g.num_rows % 4 == 0 for g in groups)
+    assert pa.concat_tables(groups).equals(table)
+    assert [g.num_rows for g in parquet.full_groups(batches, 6)] == [6, 12, 2]

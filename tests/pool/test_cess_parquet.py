@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from draligned.archive import Archive
-from draligned.cess.parquet_flat import FLAT, LAYOUT_KEY
+from draligned.cess.parquet_flat import FLAT_BINARY, LAYOUT_KEY
 from draligned.cli import main
 
 
@@ -20,7 +20,7 @@ def test_export_parquet_estimates_equal_the_json_lines_export(
     assert main(["cess", "export", str(pool_archive.root), "--out", str(parquet)]) == 0
     assert "16 trajectories written" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.jsonl", "t.parquet"]  # no temporary copy left
-    assert pq.read_metadata(parquet).metadata[LAYOUT_KEY] == FLAT
+    assert pq.read_metadata(parquet).metadata[LAYOUT_KEY] == FLAT_BINARY
     outputs = []
     for path in (jsonl, parquet):
         assert main(["cess", "estimate", str(path), "--json"]) == 0
