@@ -77,6 +77,7 @@ char *put_float(char *out, double value) {
     out = put(out, {digits + 1, size_t(length - 1)});
   }
   *out++ = 'e';
+  if (kk > 1) *out++ = '+';  // pydantic's 1e+16 (and orjson's from 3.11.7 on), not ryu's 1e16
   return std::to_chars(out, out + MAX_INT, kk - 1).ptr;
 }
 

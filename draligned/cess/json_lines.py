@@ -1,16 +1,18 @@
-"""`cess estimate --json` output: the bytes of ``orjson.dumps(row)`` and a newline for every row of
-:func:`~draligned.cess.column_estimators.estimate_rows`.
+"""`cess estimate --json` output: for every row of :func:`~draligned.cess.column_estimators.estimate_rows`,
+the bytes :class:`~draligned.cess.estimators.TrajectoryEstimate`'s ``model_dump_json`` writes (the
+record's own form: :func:`model_line`) and a newline.
 
-10^6 rows as Python dicts cost about 3 CPU s (Python floats, dicts, one ``orjson.dumps`` each). When the
-optional extension is built, :func:`json_lines` writes them with it (``_kernels.cpp``: orjson's forms
-in C++, without the GIL; about 0.2 µs per row). Without it, DuckDB's ``to_json`` writes the same rows
-from Arrow columns in C++ (about 1.5 µs per row), and its text is orjson's (key order, shortest
-round-trip floats, ``null``, string escapes) except for what is listed in :func:`_rows_it_writes_apart`:
-some floats orjson writes in exponent form (``5e-6``, ``1e16``; DuckDB ``0.000005``,
-``10000000000000000.0``) and the hexadecimal case of a control character's escape (``\\u001B`` for
-orjson's ``\\u001b``). Those rows (a few hundred in 10^6) are written by orjson from
-:func:`estimate_rows`, so every byte is orjson's; ``tests/cess/test_json_lines.py`` pins both writers
-against orjson on random bit patterns of floats and on every character.
+10^6 rows as pydantic models cost several CPU s. When the optional extension is built, :func:`json_lines`
+writes them with it (``_kernels.cpp``, without the GIL; about 0.2 µs per row): shortest round-trip floats,
+in exponent form below 1e-5 and from 1e16 on, a positive exponent signed (``1e+16``, ``1e-7``), NaN and
+infinities ``null``, JSON's short escapes and lower-case ``\\u00XX``, as pydantic-core writes them (orjson
+writes the same bytes from 3.11.7 on; before it, ``1e16``). Without the extension, DuckDB's ``to_json``
+writes the same rows from Arrow columns in C++ (about 1.5 µs per row), its text the same except for what is
+listed in :func:`_rows_it_writes_apart`: the floats in exponent form (DuckDB ``0.000005``,
+``10000000000000000.0``) and the hexadecimal case of a control character's escape (``\\u001B``). Those rows
+(a few hundred in 10^6) are written by :func:`model_line`, so every byte is the model's;
+``tests/cess/test_json_lines.py`` pins both writers against it on random bit patterns of floats and on every
+character.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import numpy as np
-import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -107,6 +108,14 @@ def _compiled_lines(cols: TrajectoryColumns, est: Estimates) -> Iterator[bytes]:
             np.ascontiguousarray(est.support.lower[part], float), np.ascontiguousarray(est.support.upper[part], float))
 
 
+def model_line(row: dict[str, object]) -> bytes:
+    """One row's line as the record writes it: ``TrajectoryEstimate.model_dump_json`` and a newline (the
+    estimators' models, and so pydantic, are imported at the first call)."""
+    from draligned.cess.estimators import TrajectoryEstimate
+
+    return TrajectoryEstimate.model_validate(row).model_dump_json().encode() + b"\n"
+
+
 def _duckdb_lines(cols: TrajectoryColumns, est: Estimates,
                   con: duckdb.DuckDBPyConnection | None) -> Iterator[bytes | memoryview]:
     import duckdb
@@ -114,8 +123,7 @@ def _duckdb_lines(cols: TrajectoryColumns, est: Estimates,
     tasks = pa.array(cols.task_id, pa.string())
     table = _table(cols, est, tasks)
     apart = _rows_it_writes_apart(table)
-    fixed = dict(zip(apart.tolist(), (orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE)
-                                      for row in estimate_rows(cols, est, rows=apart)), strict=True))
+    fixed = dict(zip(apart.tolist(), map(model_line, estimate_rows(cols, est, rows=apart)), strict=True))
     if con is None:
         con = duckdb.connect()
     con.execute("SET preserve_insertion_order = true")

@@ -1,5 +1,6 @@
 """`cess estimate --json` through the compiled writer and through DuckDB's JSON writer: every byte that of
-orjson per row dict. Every test that takes the ``writer`` fixture runs over both."""
+the record's model per row (``TrajectoryEstimate.model_dump_json``). Every test that takes the ``writer``
+fixture runs over both."""
 
 from __future__ import annotations
 
@@ -19,8 +20,8 @@ from tests.cess.extensions import with_and_without
 from tests.cess.test_columns import varied_trajectory
 
 
-def _orjson(cols: TrajectoryColumns, est: Estimates) -> bytes:
-    return b"".join(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE) for row in estimate_rows(cols, est))
+def _model(cols: TrajectoryColumns, est: Estimates) -> bytes:
+    return b"".join(map(jl.model_line, estimate_rows(cols, est)))
 
 
 def _written(cols: TrajectoryColumns, est: Estimates) -> bytes:
@@ -40,20 +41,20 @@ def estimated(tmp_path_factory: pytest.TempPathFactory) -> tuple[TrajectoryColum
     return cols, estimate_columns(cols, 0.5)
 
 
-def test_the_lines_are_orjsons_bytes_with_support_intervals_and_unknown_targets(
+def test_the_lines_are_the_models_bytes_with_support_intervals_and_unknown_targets(
         estimated: tuple[TrajectoryColumns, Estimates], monkeypatch: pytest.MonkeyPatch, writer: str) -> None:
     cols, est = estimated
     assert est.support.applies.any() and np.isnan(est.theta_star).any()
     monkeypatch.setattr(jl, "SLICE", 64)  # several queries, each with its chunks
     monkeypatch.setattr(jl, "PIECE", 64)  # several calls of the compiled writer
-    assert _written(cols, est) == _orjson(cols, est)
+    assert _written(cols, est) == _model(cols, est)
 
 
 @pytest.mark.parametrize("share_of_bits", [0.01, 1.0])
-def test_floats_of_every_bit_pattern_are_written_as_orjson_writes_them(
+def test_floats_of_every_bit_pattern_are_written_as_the_model_writes_them(
         estimated: tuple[TrajectoryColumns, Estimates], writer: str, share_of_bits: float) -> None:
     if writer == "duckdb" and share_of_bits == 1.0:
-        pytest.skip("DuckDB writes most random bit patterns apart: orjson writes those rows")
+        pytest.skip("DuckDB writes most random bit patterns apart: the model writes those rows")
     cols, est = estimated
     n, rng = len(cols), np.random.default_rng(7)
     bits = rng.integers(0, 2**64, (12, n), dtype=np.uint64).view(np.float64)
@@ -74,14 +75,14 @@ def test_floats_of_every_bit_pattern_are_written_as_orjson_writes_them(
                    theta_star=values[11], weights=weights, support=support)
     if share_of_bits < 1:
         assert 0 < len(jl._rows_it_writes_apart(jl._table(cols, wild, jl.pa.array(cols.task_id)))) < n / 2
-    assert _written(cols, wild) == _orjson(cols, wild)
+    assert _written(cols, wild) == _model(cols, wild)
 
 
-def test_ids_of_every_character_are_written_as_orjson_writes_them(
+def test_ids_of_every_character_are_written_as_the_model_writes_them(
         estimated: tuple[TrajectoryColumns, Estimates], writer: str) -> None:
     cols, est = estimated
     characters = [chr(c) for c in range(0x2100) if not 0xD800 <= c < 0xE000] + ["\u2028", "\ufeff", "\U0001f600"]
     step = len(characters) // len(cols) + 1
     ids = [f"t{i}" + "".join(characters[i * step:(i + 1) * step]) + '"\\' for i in range(len(cols))]
     named = replace(cols, trajectory_id=ids, task_id=[characters[(5 * i) % 128] for i in range(len(cols))])
-    assert _written(named, est) == _orjson(named, est)
+    assert _written(named, est) == _model(named, est)
