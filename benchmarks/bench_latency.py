@@ -37,6 +37,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
@@ -56,7 +57,11 @@ TOOL_MESSAGE = b'"role":"tool"'
 quote inside a string is escaped, so no text matches), where parsing the growing body cost it about as much
 CPU again as the rest of its reply (benchmarks/README.md)."""
 TURNAROUND_BINS = 2000
-"""1 ms bins of the server's turnaround histogram (the last one: that long or longer)."""
+"""1 ms bins of the server's turnaround histograms (the last one: that long or longer)."""
+LAST_CALL = b'"tool_call_id":"call_'
+"""Where a request names the tool call it answers: the last one in the body is the reply just sent to the same
+run (each reply's call id, ``call_<n>``, is unique), so the turnaround inside a run is exact whichever pooled
+connection the run's next request takes."""
 
 
 def _reply(searches_done: int, number: int) -> bytes:
@@ -80,9 +85,8 @@ class ChatServer(asyncio.Protocol):
     parsed from the bytes received (its head's ``content-length``, its body's tool results counted), held
     ``latency_s`` by a timer on the loop (no task per request) and answered by its turn."""
 
-    def __init__(self, latency_s: float, served: Any, first: Any, last: Any, turnaround: Any, bunched: Any) -> None:
-        self.latency_s, self.served, self.first, self.last = latency_s, served, first, last
-        self.turnaround, self.bunched = turnaround, bunched
+    def __init__(self, latency_s: float, shared: Shared, sent: dict[int, float]) -> None:
+        self.latency_s, self.shared, self.sent = latency_s, shared, sent
         self.buffer, self.transport = b"", cast(asyncio.Transport, None)
         self.replied: float | None = None  # when this connection's last reply was sent
 
@@ -99,33 +103,68 @@ class ChatServer(asyncio.Protocol):
             if len(self.buffer) < end + 4 + length:
                 return
             body, self.buffer = self.buffer[end + 4:end + 4 + length], self.buffer[end + 4 + length:]
-            if self.first.value == 0.0:
-                self.first.value = time.time()
+            shared, now = self.shared, time.perf_counter()
+            if shared.first.value == 0.0:
+                shared.first.value = time.time()
             if self.replied is not None:  # the harness's turnaround on this connection
-                self.turnaround[min(TURNAROUND_BINS - 1, int((time.perf_counter() - self.replied) * 1000))] += 1
+                gap = now - self.replied
+                shared.turnaround[min(TURNAROUND_BINS - 1, int(gap * 1000))] += 1
+                shared.gaps[0] += gap
+                shared.gaps[1] += 1
             done = body.count(TOOL_MESSAGE)
+            if (at := body.rfind(LAST_CALL)) >= 0:  # a run's next request: the turnaround inside the run
+                number = int(body[at + len(LAST_CALL):body.index(b'"', at + len(LAST_CALL))])
+                gap = now - self.sent.pop(number, now)
+                shared.in_run[min(TURNAROUND_BINS - 1, int(gap * 1000))] += 1
+                shared.gaps[2] += gap
+                shared.gaps[3] += 1
             asyncio.get_running_loop().call_later(self.latency_s, self.answer, done)
 
     def answer(self, done: int) -> None:
         if not self.transport.is_closing():
-            self.served.value += 1
-            self.transport.write(_reply(done, self.served.value))
-            self.last.value = time.time()
+            shared = self.shared
+            shared.served.value += 1
+            number = shared.served.value
+            self.transport.write(_reply(done, number))
+            shared.last.value = time.time()
             self.replied = now = time.perf_counter()
+            if done < SEARCHES:  # the run asks again (a final reply ends the run)
+                self.sent[number] = now
+            bunched = shared.bunched
             window = int(now / 0.005)  # bunched: [current 5 ms window, replies in it, most in any window]
-            self.bunched[1] = self.bunched[1] + 1 if window == self.bunched[0] else 1
-            self.bunched[0], self.bunched[2] = window, max(self.bunched[2], self.bunched[1])
+            bunched[1] = bunched[1] + 1 if window == bunched[0] else 1
+            bunched[0], bunched[2] = window, max(bunched[2], bunched[1])
 
 
-def serve(sock: socket.socket, latency_s: float, served: Any, first: Any, last: Any, turnaround: Any,
-          bunched: Any) -> None:
+@dataclass(frozen=True)
+class Shared:
+    """What the server process writes and the benchmark reads (shared memory, one writer)."""
+
+    served: Any
+    """Replies sent (-1 until the server serves)."""
+    first: Any
+    """Time of the study's first request (0.0: none yet)."""
+    last: Any
+    """Time of the last reply."""
+    turnaround: Any
+    """Histogram (1 ms bins) of reply -> next request on the same connection."""
+    in_run: Any
+    """Histogram (1 ms bins) of reply -> the same run's next request (by the call id it answers)."""
+    gaps: Any
+    """Sums: seconds of every connection turnaround, their count, seconds inside runs, their count."""
+    bunched: Any
+    """[current 5 ms window, replies in it, most in any window]."""
+
+
+def serve(sock: socket.socket, latency_s: float, shared: Shared) -> None:
     """The loopback server process: counts the replies, keeps the times of the first request and the last
-    reply, the turnaround histogram and the replies' bunching (in shared values only it writes)."""
+    reply, the turnaround histograms and the replies' bunching (in shared values only it writes)."""
 
     async def main() -> None:
+        sent: dict[int, float] = {}  # call number -> when its reply was sent, until the run's next request
         server = await asyncio.get_running_loop().create_server(
-            lambda: ChatServer(latency_s, served, first, last, turnaround, bunched), sock=sock, backlog=1024)
-        served.value = 0  # started (its imports done): its CPU from now on is the requests'
+            lambda: ChatServer(latency_s, shared, sent), sock=sock, backlog=1024)
+        shared.served.value = 0  # started (its imports done): its CPU from now on is the requests'
         await server.serve_forever()
 
     asyncio.run(main())
@@ -234,19 +273,19 @@ def percentiles(counts: list[int]) -> dict[str, float | None]:
     return {"p50": at(0.5), "p90": at(0.9), "mean": round(sum(ms * n for ms, n in enumerate(counts)) / total, 1)}
 
 
-def start_server(latency_s: float) -> tuple[Any, str, tuple[Any, Any, Any, Any, Any]]:
-    """The loopback server process, started and serving: the process, its base URL and its shared values
-    (replies served, first request time, last reply time, turnaround histogram, bunching)."""
+def start_server(latency_s: float) -> tuple[Any, str, Shared]:
+    """The loopback server process, started and serving: the process, its base URL and its shared values."""
     context = multiprocessing.get_context("spawn")
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     sock.listen(1024)
-    shared = (context.RawValue("q", -1), context.RawValue("d", 0.0), context.RawValue("d", 0.0),
-              context.RawArray("q", TURNAROUND_BINS), context.RawArray("q", 3))
-    server = context.Process(target=serve, args=(sock, latency_s, *shared), daemon=True)
+    shared = Shared(context.RawValue("q", -1), context.RawValue("d", 0.0), context.RawValue("d", 0.0),
+                    context.RawArray("q", TURNAROUND_BINS), context.RawArray("q", TURNAROUND_BINS),
+                    context.RawArray("d", 4), context.RawArray("q", 3))
+    server = context.Process(target=serve, args=(sock, latency_s, shared), daemon=True)
     server.start()
-    while shared[0].value < 0:  # until it serves
+    while shared.served.value < 0:  # until it serves
         time.sleep(0.05)
     return server, f"http://127.0.0.1:{sock.getsockname()[1]}/v1", shared
 
@@ -266,15 +305,28 @@ def counting(workers: int, ended: Counter[str]) -> Execute:
     return counted
 
 
-def measure(server: Any, base_url: str, shared: tuple[Any, Any, Any, Any, Any], latency_ms: float, inflight: int,
-            workers: int, runs: int) -> dict[str, Any]:
+def boundary_gap(gaps: list[float], runs: int) -> dict[str, float | None]:
+    """The mean gap (ms) at a run's boundary, on a lane: its run's last reply -> its next run's first request
+    (the sealed record queued, the take from the parent, the new run's start and first request). With as many
+    connections as lanes, each connection is idle exactly when a lane is between requests, so the connections'
+    idle time (``gaps[0]``, ``gaps[1]`` intervals) is the lanes' idle time; less the exact time inside runs
+    (``gaps[2]``, ``gaps[3]``), what is left is at the boundaries, one per interval not inside a run."""
+    at_boundary = gaps[1] - gaps[3]
+    if at_boundary <= 0:
+        return {"mean": None, "boundaries": 0, "runs": runs}
+    return {"mean": round((gaps[0] - gaps[2]) * 1000 / at_boundary, 1), "boundaries": int(at_boundary),
+            "runs": runs}
+
+
+def measure(server: Any, base_url: str, shared: Shared, latency_ms: float, inflight: int, workers: int,
+            runs: int) -> dict[str, Any]:
     """Run one study of ``runs`` runs, ``inflight`` at a time in ``workers`` processes; its figures."""
-    served, first, last, turnaround, bunched = shared
+    served, first, last, bunched = shared.served, shared.first, shared.last, shared.bunched
     ended: Counter[str] = Counter()
     with tempfile.TemporaryDirectory() as tmp:
         study = load_study(study_file(Path(tmp), base_url, inflight, runs))
         before, first.value, bunched[2] = served.value, 0.0, 0
-        turned = list(turnaround)
+        turned, in_run, gaps = list(shared.turnaround), list(shared.in_run), list(shared.gaps)
         cpu0 = _cpu(server.pid)
         steady = Steady(server.pid, served)
         steady.start()
@@ -284,7 +336,9 @@ def measure(server: Any, base_url: str, shared: tuple[Any, Any, Any, Any, Any], 
         calls = served.value - before
         cpu = {role: (after - cpu0[role]) * 1000 / calls for role, after in _cpu(server.pid).items()}
         middle = steady.figures(before, calls)
-        turned = [n - was for n, was in zip(turnaround, turned, strict=True)]
+        turned = [n - was for n, was in zip(shared.turnaround, turned, strict=True)]
+        in_run = [n - was for n, was in zip(shared.in_run, in_run, strict=True)]
+        gaps = [n - was for n, was in zip(shared.gaps, gaps, strict=True)]
     ideal, rate = inflight / (latency_ms / 1000), calls / (last.value - first.value)
     return {
         "inflight": inflight, "workers": workers, "runs": len(result.runs),
@@ -294,7 +348,8 @@ def measure(server: Any, base_url: str, shared: tuple[Any, Any, Any, Any, Any], 
         "calls_per_s_incl_start_and_reindex": round(calls / wall, 1),
         "cpu_ms_per_call": {role: round(ms, 2) for role, ms in cpu.items()},
         "workers_cpu_s": round(cpu["workers"] * calls / 1000, 2), "runs_ended_by": dict(ended),
-        "turnaround_ms": percentiles(turned), "replies_in_busiest_5ms": bunched[2],
+        "turnaround_ms": percentiles(turned), "turnaround_in_run_ms": percentiles(in_run),
+        "boundary_gap_ms": boundary_gap(gaps, len(result.runs)), "replies_in_busiest_5ms": bunched[2],
         "steady_5_to_95pct": middle,
         "load_avg_1m": round(os.getloadavg()[0], 2),
     }
