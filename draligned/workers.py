@@ -287,10 +287,18 @@ def fork_server_context(preload: list[str]) -> ForkServerContext:
     return context
 
 
+CLIENT_MODULES = ["httpx", "httpcore2"]
+"""What a worker's first SDK client imports for its TLS context (draligned.tls, httpx2's): about 0.2 CPU-s
+per worker and study when each imported them itself (py-spy, benchmarks/README.md). The fork server skips
+one that is not installed."""
+
+
 def fork_server(study: Study) -> ForkServerContext:
-    """The fork server's context, with what a worker of ``study`` imports (this module, its SDKs) preloaded."""
+    """The fork server's context, with what a worker of ``study`` imports (this module, its SDKs and their
+    HTTP clients) preloaded."""
     protocols = {PROTOCOLS[m.protocol].partition(":")[0] for m in study.spec.models if m.protocol in PROTOCOLS}
-    return fork_server_context([__name__, *sorted(protocols)])
+    remote = any(m.protocol != "sim" for m in study.spec.models)  # the offline simulator makes no client
+    return fork_server_context([__name__, *sorted(protocols), *(CLIENT_MODULES if remote else [])])
 
 
 def adopt(environ: dict[str, str], cwd: str) -> None:
