@@ -17,7 +17,9 @@ whole study and (``steady_5_to_95pct``) over the
 middle of it, where every process is running and neither the study start nor the parent's final reindex
 counts. ``turnaround_ms``: the server's view of the harness, the time from each reply to the next request on
 its connection (p50, p90, mean; L excluded: what each call cycle adds to L, so efficiency ~ L / (L + it)),
-and ``replies_in_busiest_5ms``, how bunched the replies come (runs in lockstep answer together). The archive
+``turnaround_in_run_ms``, the same from a reply to the same run's next request (exact), ``boundary_gap_ms``, the
+mean gap on a lane from a run's last reply to its next run's first request, and ``replies_in_busiest_5ms``, how
+bunched the replies come (runs in lockstep answer together). The archive
 goes to the temporary directory: ``TMPDIR=/dev/shm`` puts it on tmpfs, which takes the
 disk's ``syncfs`` out of the figures. Targets (issue 14, 2 cores):
 >= 576 calls/s (0.9 of C/L) at C = 64, >= 1,000 calls/s at C = 256.
