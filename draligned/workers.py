@@ -22,7 +22,7 @@ Workers write their runs into the one archive directly (its files are write-once
 each run has its own writer). They are forked by multiprocessing's fork server: a fresh interpreter (never a
 fork of the running event loop) started once per parent process, which has imported this module and the
 study's model protocols (the ``openai`` SDK: about a second of CPU), so each worker starts as a fork of it
-instead of importing all of that again (N - 1 workers, and every later study of the same process). A worker
+instead of importing all of that again (N workers, and every later study of the same process). A worker
 takes the parent's environment and directory as they are when it starts, and dies with the parent: its kill
 closes the socket, and a worker whose parent is gone stops. The workers start from a thread while the
 parent's loop serves those already started. The study's ``concurrency`` is split over the workers, so it
@@ -149,7 +149,8 @@ async def _serve(study: Study, models: dict[str, ModelAPI], dispatch: Dispatch, 
 
     lenders = {name: Lender(name, limit, tell) for name, m in models.items() if (limit := limited(m)) is not None}
     errors: list[str] = []
-    sources = itertools.count(1)  # 0 is this process's own lanes (in_process)
+    stopping = threading.Event()  # the study ended or was interrupted: no worker starts, none takes a slot
+    sources = itertools.count(1)
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         source, waiting = next(sources), set()
@@ -163,7 +164,7 @@ async def _serve(study: Study, models: dict[str, ModelAPI], dispatch: Dispatch, 
                 msg = json.loads(line)
                 op = msg["op"]
                 if op == "take":
-                    got = None if errors else dispatch.take(source, msg["running"])
+                    got = None if errors or stopping.is_set() else dispatch.take(source, msg["running"])
                     tell(source, {"id": msg["id"], "slot": None if got is None else got[0].model_dump(mode="json"),
                                   "attempt": None if got is None else got[1]})
                 elif op == "end":
@@ -192,7 +193,7 @@ async def _serve(study: Study, models: dict[str, ModelAPI], dispatch: Dispatch, 
     path = tmp / "parent.sock"
     server = await asyncio.start_unix_server(serve, path, limit=LINE_LIMIT)
     context = fork_server(study)
-    # The study as it is now: its runs, which start meanwhile, attach what is not picklable (compiled schemas).
+    # The study as loaded: the parent runs none of its runs, so nothing unpicklable is attached to it.
     common = (sorted(models), sorted(lenders), dict(os.environ), os.getcwd())
     frozen = pickle.dumps(study)
     procs: list[ForkServerProcess] = [
@@ -200,16 +201,19 @@ async def _serve(study: Study, models: dict[str, ModelAPI], dispatch: Dispatch, 
                         name="draligned-worker")
         for share in shares]
     # From a thread: a fork server that is still importing answers only once it has (the loop meanwhile
-    # serves the workers already started).
-    starting = asyncio.ensure_future(asyncio.to_thread(_start, procs))
+    # serves the workers already started). Shielded: a cancel (Ctrl-C, SIGTERM) must not leave the thread
+    # starting workers unseen; it stops before the next start instead, and a worker started meanwhile is
+    # given no slot.
+    starting = asyncio.ensure_future(asyncio.to_thread(_start, procs, stopping))
     try:
-        await starting
+        await asyncio.shield(starting)
         for proc in procs:
             await asyncio.to_thread(proc.join)
     finally:
+        stopping.set()
         await asyncio.wait([starting])  # no worker starts after the study ended
         if not starting.cancelled():
-            starting.exception()  # a failed start behind a failed run_slots: that one is raised, this one seen
+            starting.exception()  # seen here when the cancel above was raised instead
         started = [proc for proc in procs if proc.pid is not None]
         for proc in started:  # interrupted (Ctrl-C, SIGTERM): each worker cancels its runs, which clean up
             if proc.is_alive():
@@ -226,9 +230,12 @@ async def _serve(study: Study, models: dict[str, ModelAPI], dispatch: Dispatch, 
                            f"(run again to resume)")
 
 
-def _start(procs: list[ForkServerProcess]) -> None:
-    """Start the worker processes (each a fork of the fork server; blocks while that server is importing)."""
+def _start(procs: list[ForkServerProcess], stopping: threading.Event) -> None:
+    """Start the worker processes (each a fork of the fork server; blocks while that server is importing),
+    none once ``stopping`` is set."""
     for proc in procs:
+        if stopping.is_set():
+            return
         proc.start()
 
 

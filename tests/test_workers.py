@@ -347,3 +347,41 @@ def test_a_study_loop_runs_with_fewer_collections_and_puts_the_collector_back():
     two.join()
     assert seen == [GC_THRESHOLD]  # the first's end left the second's settings alone
     assert gc.get_threshold() == before and gc.get_freeze_count() == 0  # put back by the last to end
+
+
+def test_an_interrupt_while_the_workers_start_starts_no_more_of_them_and_gives_out_no_slot(tmp_path, monkeypatch):
+    """A cancel (Ctrl-C, SIGTERM) arriving while the first of two workers is being started: the second is
+    never started, the first is given no slot and is gone when the study returns, and nothing ran."""
+    from multiprocessing.context import ForkServerProcess
+
+    from draligned.runner import run_study
+    from draligned.workers import in_workers
+
+    path = sim_study(tmp_path, price=False)
+    path.write_text(path.read_text().replace("concurrency = 1", "concurrency = 2"))
+    study = load_study(path)
+    first_started, go_on, starts = threading.Event(), threading.Event(), []
+    start = ForkServerProcess.start
+
+    def held_start(proc: ForkServerProcess) -> None:  # the starting thread, held after the first start
+        start(proc)
+        starts.append(proc)
+        if len(starts) == 1:
+            first_started.set()
+            go_on.wait()
+
+    monkeypatch.setattr(ForkServerProcess, "start", held_start)
+
+    async def interrupted() -> None:
+        task = asyncio.create_task(run_study(study, execute=in_workers(2)))
+        await asyncio.to_thread(first_started.wait)
+        task.cancel()
+        for _ in range(10):  # the cancel reaches the serving coroutine's finally, which stops the starts
+            await asyncio.sleep(0)
+        go_on.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(interrupted())
+    assert len(starts) == 1 and not starts[0].is_alive()
+    assert Archive(tmp_path / "archive").records() == []  # no slot was given out
