@@ -9,6 +9,7 @@ import ipaddress
 import os
 import shutil
 import socket
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -239,8 +240,18 @@ def _group_by_shared_fixtures(items: list[pytest.Item]) -> None:
     for _, keys in todo:
         for key in keys[1:]:
             parent[root(key)] = root(keys[0])
+    groups = Counter(root(keys[0]) for _, keys in todo)
+    if len(items) >= MIN_ITEMS_CHECKED and groups and (top := groups.most_common(1)[0])[1] > len(items) // 2:
+        raise pytest.UsageError(f"tests/conftest.py: one xdist group, {top[0]!r}, would hold {top[1]} of the "
+                                f"{len(items)} tests, so one worker would run them: if a fixture every test "
+                                f"uses (autouse) joined it, name it in EVERY_TEST")
     for item, keys in todo:
         item.add_marker(pytest.mark.xdist_group(root(keys[0])))
+
+
+MIN_ITEMS_CHECKED = 200
+"""A run of at least this many tests is refused when one group would take half of them (a run of a few
+files may well be one module's tests)."""
 
 
 def _runs_early(item: pytest.Item) -> bool:
