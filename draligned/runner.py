@@ -240,6 +240,11 @@ Retrying = Callable[[str, int], None]
 """Told +1 / -1 with a slot id when that run's current model call starts / stops retrying."""
 
 
+def any_priced(models: dict[str, ModelAPI]) -> bool:
+    """Whether a model of the study has a price (else every run costs 0 and no cap applies)."""
+    return any(m.declaration.price is not None for m in models.values())
+
+
 async def run_slots(study: Study, archive: Archive, search: StudySearch, models: dict[str, ModelAPI],
                     take: Take, end: End, concurrency: int, retrying: Retrying | None = None) -> None:
     """Run slots in this process, ``concurrency`` at a time, until ``take`` has no more: each of
@@ -252,7 +257,7 @@ async def run_slots(study: Study, archive: Archive, search: StudySearch, models:
     running (its cost included) until it is reported. Knows nothing of the cost cap or the lock: whoever
     supplies ``take`` decides (Dispatch in one process, draligned.workers across processes)."""
     running: dict[str, RunRecord] = {}
-    priced = any(m.declaration.price is not None for m in models.values())  # unpriced runs cost 0
+    priced = any_priced(models)  # unpriced runs cost 0
 
     def live() -> float:
         """The running runs' cost: a walk over every run in flight (at each take and each report), done only
@@ -310,7 +315,7 @@ class Dispatch:
                  models: dict[str, ModelAPI], earlier: float, progress: ProgressCallback | None) -> None:
         self.study, self.result, self.progress, self.earlier = study, result, progress, earlier
         self.total = len(todo)
-        self.priced = any(m.declaration.price is not None for m in models.values())
+        self.priced = any_priced(models)
         self._queue, self._attempts = deque(todo), attempts
         self._stop_after = {n: m.declaration.retry.stop_after_connection_failures for n, m in models.items()}
         self._ended_cost = 0.0
@@ -480,8 +485,8 @@ async def _run_locked(study: Study, archive: Archive, search: StudySearch, slots
     result = StudyResult(archive=archive, slots=len(slots), skipped=len(slots) - len(todo))
     if todo:
         put_provenance(study, archive)
-    priced = any(m.declaration.price is not None for m in models.values())  # unpriced models have no cap
-    dispatch = Dispatch(study, todo, plan.attempts, result, models, plan.cost_usd if priced else 0.0, progress)
+    dispatch = Dispatch(study, todo, plan.attempts, result, models, plan.cost_usd if any_priced(models) else 0.0,
+                        progress)  # unpriced models have no cap
     dispatch.tell()
     try:
         if todo:
