@@ -336,6 +336,8 @@ def measure(server: Any, base_url: str, shared: Shared, latency_ms: float, infli
         result = run_loop(run_study(study, execute=counting(workers, ended)))
         wall = time.perf_counter() - t0
         calls = served.value - before
+        if calls != runs * (SEARCHES + 1):  # the server counts the tool results in the request's bytes
+            raise SystemExit(f"{calls} model calls for {runs} runs, not {SEARCHES + 1} each: the workload changed")
         cpu = {role: (after - cpu0[role]) * 1000 / calls for role, after in _cpu(server.pid).items()}
         middle = steady.figures(before, calls)
         turned = [n - was for n, was in zip(shared.turnaround, turned, strict=True)]
