@@ -412,3 +412,30 @@ def test_a_second_run_on_the_same_archive_at_once_is_refused(tmp_path, capsys):
         assert "another 'draligned run' is writing to this archive" in capsys.readouterr().err
         assert Archive(tmp_path / "archive").started_paths() == []
     assert main(["run", str(study)]) == 0  # released: the study runs
+
+
+def test_a_fingerprint_skips_a_temporary_file_renamed_while_its_folder_is_listed(tmp_path, monkeypatch):
+    """Another writer (a second shard, a worker) renames its ``.tmp-`` file between the listing of a folder
+    and the file's stat: the fingerprint counts the files that exist, rather than fail."""
+    import contextlib
+    import os
+
+    from draligned.archive import verify as verify_module
+
+    folder = tmp_path / "blobs" / "39"
+    folder.mkdir(parents=True)
+    (folder / "kept").write_text("a")
+    (folder / ".tmp-123").write_text("b")
+    listing = os.scandir
+
+    @contextlib.contextmanager
+    def renamed_after_listing(path):
+        with listing(path) as entries:
+            listed = list(entries)
+        if path == str(folder):
+            (folder / ".tmp-123").unlink()  # its writer renamed it meanwhile
+        yield iter(listed)
+
+    monkeypatch.setattr(verify_module.os, "scandir", renamed_after_listing)
+    found = verify_module.unit_stats(len(str(tmp_path)) + 1, str(tmp_path / "blobs"), recursive=True)
+    assert [path for path, _ in found] == ["blobs/39/kept"]

@@ -176,7 +176,8 @@ def unit_stats(prefix: int, path: str, recursive: bool) -> list[tuple[str, os.st
                     if recursive:
                         stack.append(entry.path)
                 else:
-                    found.append((entry.path[prefix:], entry.stat(follow_symlinks=False)))
+                    with suppress(FileNotFoundError):  # a write's temporary file, just renamed by its writer
+                        found.append((entry.path[prefix:], entry.stat(follow_symlinks=False)))
     return found
 
 
