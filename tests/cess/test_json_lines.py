@@ -50,11 +50,16 @@ def test_the_lines_are_the_models_bytes_with_support_intervals_and_unknown_targe
     assert _written(cols, est) == _model(cols, est)
 
 
-@pytest.mark.parametrize("share_of_bits", [0.01, 1.0])
 def test_floats_of_every_bit_pattern_are_written_as_the_model_writes_them(
-        estimated: tuple[TrajectoryColumns, Estimates], writer: str, share_of_bits: float) -> None:
-    if writer == "duckdb" and share_of_bits == 1.0:
-        pytest.skip("DuckDB writes most random bit patterns apart: the model writes those rows")
+        estimated: tuple[TrajectoryColumns, Estimates], writer: str) -> None:
+    """1% random bit patterns (mostly what DuckDB writes itself), and for the compiled writer all of them
+    (DuckDB would leave most rows to the model)."""
+    for share_of_bits in (0.01, 1.0) if writer == "compiled" else (0.01,):
+        _bit_patterns_are_written_as_the_model_writes_them(estimated, share_of_bits)
+
+
+def _bit_patterns_are_written_as_the_model_writes_them(estimated: tuple[TrajectoryColumns, Estimates],
+                                                       share_of_bits: float) -> None:
     cols, est = estimated
     n, rng = len(cols), np.random.default_rng(7)
     bits = rng.integers(0, 2**64, (12, n), dtype=np.uint64).view(np.float64)
