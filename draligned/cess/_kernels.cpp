@@ -115,11 +115,16 @@ struct Buffer {  // a read-only C-contiguous 1-d buffer of n items of one size
   ~Buffer() {
     if (held) PyBuffer_Release(&view);
   }
-  bool take(PyObject *object, Py_ssize_t itemsize, Py_ssize_t n, const char *what) {
+  // kinds: the struct codes accepted ("d" float64, "lq" int64, "?" bool), each of itemsize bytes
+  bool take(PyObject *object, const char *kinds, Py_ssize_t itemsize, Py_ssize_t n, const char *what) {
     if (PyObject_GetBuffer(object, &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0) return false;
     held = true;
-    if (view.itemsize != itemsize || view.len != itemsize * n) {
-      PyErr_Format(PyExc_ValueError, "%s: expected %zd items of %zd bytes", what, n, itemsize);
+    const char *code = view.format ? view.format : "B";
+    if (*code == '@' || *code == '=' || *code == '<') code++;  // native (or little-endian) order
+    if (code[0] == '\0' || code[1] != '\0' || !std::strchr(kinds, code[0]) || view.itemsize != itemsize ||
+        view.len != itemsize * n) {
+      PyErr_Format(PyExc_ValueError, "%s: expected %zd items of type '%s' (%zd bytes), got format '%s'", what, n,
+                   kinds, itemsize, view.format ? view.format : "B");
       return false;
     }
     return true;
@@ -150,11 +155,11 @@ PyObject *write_lines(PyObject *, PyObject *args) {
     return nullptr;
   }
   Buffer rounds, hidden, lower, upper, numbers[N_NUMBERS];
-  if (!rounds.take(rounds_obj, 8, n, "rounds") || !hidden.take(hidden_obj, 1, n, "hidden") ||
-      !lower.take(lower_obj, 8, n, "lower") || !upper.take(upper_obj, 8, n, "upper"))
+  if (!rounds.take(rounds_obj, "lq", 8, n, "rounds") || !hidden.take(hidden_obj, "?", 1, n, "hidden") ||
+      !lower.take(lower_obj, "d", 8, n, "lower") || !upper.take(upper_obj, "d", 8, n, "upper"))
     return nullptr;
   for (int k = 0; k < N_NUMBERS; k++)
-    if (!numbers[k].take(PyTuple_GET_ITEM(numbers_obj, k), 8, n, "numbers")) return nullptr;
+    if (!numbers[k].take(PyTuple_GET_ITEM(numbers_obj, k), "d", 8, n, "numbers")) return nullptr;
   std::vector<std::string_view> id_text, task_text;
   id_text.reserve(size_t(n)), task_text.reserve(size_t(n));
   size_t bound = size_t(n) * (FIXED + MAX_INT + (N_NUMBERS + 2) * MAX_FLOAT);

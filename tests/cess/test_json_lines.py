@@ -91,3 +91,16 @@ def test_ids_of_every_character_are_written_as_the_model_writes_them(
     ids = [f"t{i}" + "".join(characters[i * step:(i + 1) * step]) + '"\\' for i in range(len(cols))]
     named = replace(cols, trajectory_id=ids, task_id=[characters[(5 * i) % 128] for i in range(len(cols))])
     assert _written(named, est) == _model(named, est)
+
+
+@pytest.mark.skipif(jl.compiled_writer is None, reason="the optional extension draligned.cess._kernels is not built")
+def test_the_compiled_writer_refuses_an_array_of_the_wrong_type_naming_it() -> None:
+    ids, n = ["t1", "t2"], 2
+    floats, rounds, hidden = np.zeros(n), np.ones(n, np.int64), np.zeros(n, bool)
+    jl.compiled_writer.write_lines(ids, ids, rounds, (floats,) * 10, hidden, floats, floats)  # the right types
+    for bad, name in (((ids, ids, floats, (floats,) * 10, hidden, floats, floats), "rounds"),
+                      ((ids, ids, rounds, (rounds,) * 10, hidden, floats, floats), "numbers"),
+                      ((ids, ids, rounds, (floats,) * 10, np.zeros(n, np.uint8), floats, floats), "hidden"),
+                      ((ids, ids, rounds, (floats,) * 10, hidden, floats, np.zeros(n, np.float32)), "upper")):
+        with pytest.raises(ValueError, match=rf"^{name}: expected 2 items of type"):
+            jl.compiled_writer.write_lines(*bad)
