@@ -175,19 +175,6 @@ def forkable() -> bool:
     return threading.active_count() == 1
 
 
-class _Workers:
-    """Worker processes that check ranges (:func:`draligned.forked.fork_pool`: forked at once)."""
-
-    def __init__(self, workers: int) -> None:
-        self.pool = fork_pool(workers, keep_freed_memory)
-
-    def submit(self, task: Callable[[Path, int, int], T], path: Path, start: int, end: int) -> Future[T]:
-        return self.pool.submit(task, path, start, end)
-
-    def close(self) -> None:
-        self.pool.shutdown(cancel_futures=True)
-
-
 def in_ranges(path: Path, task: Callable[[Path, int, int], T], workers: int | None = None, chunk: int | None = None,
               ) -> Generator[tuple[int, int, T], None, None]:
     """Each range of about ``chunk`` bytes (default CHUNK_BYTES) of the file, with ``task(path, start, end)``
@@ -202,7 +189,7 @@ def in_ranges(path: Path, task: Callable[[Path, int, int], T], workers: int | No
         for start, end in spans:
             yield start, end, task(path, start, end)
         return
-    pool = _Workers(workers)
+    pool = fork_pool(workers, keep_freed_memory)  # forked at once, before its own thread starts
     try:
         pending: deque[tuple[int, int, Future[T]]] = deque()
         for start, end in spans:
@@ -214,7 +201,7 @@ def in_ranges(path: Path, task: Callable[[Path, int, int], T], workers: int | No
             first, last, result = pending.popleft()
             yield first, last, result.result()
     finally:
-        pool.close()
+        pool.shutdown(cancel_futures=True)
 
 
 def raise_first_problem(path: Path, line: int, start: int, end: int, ids: list[str], lines: list[int], invalid: bool,

@@ -272,12 +272,18 @@ def test_ranges_are_checked_in_worker_processes_unless_the_caller_has_threads(
         varied: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(fastload, "CHUNK_BYTES", 20_000)
     sent: list[tuple[int, int]] = []
-    submit = fastload._Workers.submit
+    fork_pool = fastload.fork_pool
 
-    def spy(self: Any, task: Any, path: Path, start: int, end: int) -> Any:
-        sent.append((start, end))
-        return submit(self, task, path, start, end)
-    monkeypatch.setattr(fastload._Workers, "submit", spy)
+    def spied_pool(*args: Any) -> Any:  # the real pool, each range it is handed recorded
+        pool = fork_pool(*args)
+        submit = pool.submit
+
+        def spy(task: Any, path: Path, start: int, end: int) -> Any:
+            sent.append((start, end))
+            return submit(task, path, start, end)
+        pool.submit = spy  # type: ignore[method-assign]
+        return pool
+    monkeypatch.setattr(fastload, "fork_pool", spied_pool)
     forkable = fastload.forkable
     monkeypatch.setattr(fastload, "forkable", lambda: True)  # whatever threads the test run has left
     parallel = load_columns(varied, workers=2)
