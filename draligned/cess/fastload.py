@@ -204,8 +204,8 @@ def in_ranges(path: Path, task: Callable[[Path, int, int], T], workers: int | No
         pool.shutdown(cancel_futures=True)
 
 
-def raise_first_problem(path: Path, line: int, start: int, end: int, ids: list[str], lines: list[int], invalid: bool,
-              seen: set[str]) -> None:
+def raise_first_problem(path: Path, line: int, start: int, end: int, ids: list[str], lines: list[int],
+                        invalid: bool, seen: set[str]) -> None:
     """Raise the first problem of a range checked elsewhere, whose first line is ``line``: its ``ids`` at
     ``lines`` (numbered from 1 in the range) repeating one already ``seen`` (then added to it), or, if it
     has an invalid line, the error a single pass raises (the range is checked again here, numbered from

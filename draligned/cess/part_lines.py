@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from draligned.cess import json_lines as text
+from draligned.cess import json_lines
 from draligned.cess.column_estimators import estimate_columns
 from draligned.cess.columns import ColumnBuilder
 
@@ -34,7 +34,7 @@ class PartConnection(threading.local):
     con: duckdb.DuckDBPyConnection | None = None
 
     def get(self) -> duckdb.DuckDBPyConnection | None:
-        if self.con is None and text.compiled_writer is None:
+        if self.con is None and json_lines.compiled_writer is None:
             import duckdb
 
             self.con = duckdb.connect(config={"threads": 1})
@@ -56,4 +56,4 @@ def part_lines(parts: Iterable[tuple[list[str], list[str], dict[str, np.ndarray]
     for ids, tasks, arrays in parts:
         builder.extend(ids, tasks, **arrays)
     cols = builder.build()
-    return list(text.json_lines(cols, estimate_columns(cols, lam), connection.get()))
+    return list(json_lines.json_lines(cols, estimate_columns(cols, lam), connection.get()))
