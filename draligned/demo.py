@@ -22,8 +22,8 @@ from draligned.evaluator.config import load_evaluator
 from draligned.evaluator.states import PairCell, pair_cells, state_rows
 from draligned.evaluator.summary import ReadSummary
 from draligned.indexing import verify_changed
-from draligned.runner import RunProgress, StudyResult
-from draligned.workflow import STUDY_ERRORS, load_cess_runs, run_study_file
+from draligned.runner import STUDY_ERRORS, RunProgress, StudyResult
+from draligned.workflow import load_cess_runs, run_study_file
 
 DEMO_STUDY = data_dir("studies") / "demo.toml"
 """The demo study: every demo card, both arms, the three harnesses, the simulated agent."""

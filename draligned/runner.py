@@ -32,11 +32,13 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 from typing_extensions import TypedDict
 
-from draligned.archive import Archive
+from draligned.archive import Archive, ArchiveError
 from draligned.archive.store import remove_stale_temp_files
 from draligned.archive.writer import RunWriter, new_record
+from draligned.cards import CardError
 from draligned.executors import RunSetup, executor_for
-from draligned.models import ModelAPI, get_model
+from draligned.harness import ContractError
+from draligned.models import ModelAPI, ModelError, get_model
 from draligned.models.base import RETRY_LISTENER
 from draligned.models.cache import CachedModel, ReplayCache
 from draligned.records import FINISHED, ModelAttemptEvent, ModelCallEvent, Record, RunRecord, Slot
@@ -45,6 +47,9 @@ from draligned.shards import LOCK_NAME, StudyPart, hold_lock
 from draligned.study import Study, StudyError
 from draligned.tools.pool_search import StudySearch, open_search
 from draligned.tools.web import WebConfigError
+
+STUDY_ERRORS = (StudyError, CardError, ContractError, ModelError, ArchiveError)
+"""What a study run raises for bad input or a damaged or locked archive (the CLI's exit 2), not a bug."""
 
 
 class RunOutcome(Record, frozen=True):

@@ -55,8 +55,17 @@ from draligned.models import ModelAPI
 from draligned.models.base import PROTOCOLS
 from draligned.models.limits import ConnectionLimit, LeasedLimit, Lender
 from draligned.records import Slot
-from draligned.runner import Dispatch, Execute, RunOutcome, in_process, open_study_search, prepare_models, run_slots
-from draligned.study import Study
+from draligned.runner import (
+    STUDY_ERRORS,
+    Dispatch,
+    Execute,
+    RunOutcome,
+    in_process,
+    open_study_search,
+    prepare_models,
+    run_slots,
+)
+from draligned.study import Study, StudyError
 from draligned.tools.pool_search import StudySearch
 
 LINE_LIMIT = 1 << 22
@@ -65,6 +74,11 @@ LINE_LIMIT = 1 << 22
 
 class WorkerFailed(RuntimeError):
     """A worker process ended with an error or died; its running runs stay interrupted (run again to resume)."""
+
+
+class WorkerRefused(StudyError):
+    """A worker process refused its input (one of STUDY_ERRORS: a key not set where it runs, an archive it
+    cannot write): the study's error, as the parent's own refusal of it would be (the CLI's exit 2)."""
 
 
 GC_THRESHOLD = (100_000, 50, 100)
@@ -148,7 +162,8 @@ async def _serve(study: Study, models: dict[str, ModelAPI], dispatch: Dispatch, 
             writer.write(json.dumps(msg).encode() + b"\n")
 
     lenders = {name: Lender(name, limit, tell) for name, m in models.items() if (limit := limited(m)) is not None}
-    errors: list[str] = []
+    errors: list[str] = []  # a worker's failure: a bug, with its traceback
+    refusals: list[str] = []  # a worker's refusal of its input: the error's message
     stopping = threading.Event()  # the study ended or was interrupted: no worker starts, none takes a slot
     sources = itertools.count(1)
 
@@ -164,7 +179,7 @@ async def _serve(study: Study, models: dict[str, ModelAPI], dispatch: Dispatch, 
                 msg = json.loads(line)
                 op = msg["op"]
                 if op == "take":
-                    got = None if errors or stopping.is_set() else dispatch.take(source, msg["running"])
+                    got = None if errors or refusals or stopping.is_set() else dispatch.take(source, msg["running"])
                     tell(source, {"id": msg["id"], "slot": None if got is None else got[0].model_dump(mode="json"),
                                   "attempt": None if got is None else got[1]})
                 elif op == "end":
@@ -181,6 +196,8 @@ async def _serve(study: Study, models: dict[str, ModelAPI], dispatch: Dispatch, 
                     await lenders[msg["model"]].report(msg["outcome"], msg["n"])
                 elif op == "error":
                     errors.append(msg["message"])
+                elif op == "refused":
+                    refusals.append(msg["message"])
         finally:  # a worker that ended or died holds no place in any limit
             for task in waiting:
                 task.cancel()
@@ -225,6 +242,9 @@ async def _serve(study: Study, models: dict[str, ModelAPI], dispatch: Dispatch, 
     if errors:
         raise WorkerFailed("a worker process failed; its running runs stay interrupted (run again to resume):\n"
                            + errors[0])
+    if refusals:  # before the exit codes: a worker that refused ends with 2
+        raise WorkerRefused(f"{refusals[0]} (in a worker process; its running runs stay interrupted: run again "
+                            f"to resume)")
     if dead := [p.exitcode for p in procs if p.exitcode != 0]:
         raise WorkerFailed(f"worker processes died (exit codes {dead}); their running runs stay interrupted "
                            f"(run again to resume)")
@@ -326,6 +346,8 @@ def worker_main(study: bytes, path: str, concurrency: int, names: list[str], sha
         run_loop(_work(pickle.loads(study), path, concurrency, set(names), set(shared)))
     except (KeyboardInterrupt, asyncio.CancelledError):
         sys.exit(130)
+    except STUDY_ERRORS:
+        sys.exit(2)  # told to the parent, which reports it as the study's error (no traceback: not a bug)
 
 
 async def _work(study: Study, path: str, concurrency: int, names: set[str], shared: set[str]) -> None:
@@ -359,8 +381,11 @@ async def _work(study: Study, path: str, concurrency: int, names: set[str], shar
             await run_slots(study, Archive(study.archive_root), search, models, take, end, concurrency, retrying)
         finally:
             await search.aclose()
+    except STUDY_ERRORS as exc:
+        channel.send({"op": "refused", "message": str(exc)})
+        raise
     except Exception as exc:
-        if not isinstance(exc, ConnectionError):  # a bug or a failed start, not the parent going away
+        if not isinstance(exc, ConnectionError):  # a bug, not the parent going away
             channel.send({"op": "error", "message": traceback.format_exc()})
         raise
     finally:

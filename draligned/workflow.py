@@ -13,24 +13,18 @@ from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
 
-from draligned.archive import Archive, ArchiveError
-from draligned.cards import CardError
+from draligned.archive import Archive
 from draligned.cess.archive_runs import CessRun
 from draligned.evaluator.batching import BatchView, batch_views, cancel_batches
 from draligned.evaluator.config import Evaluator
 from draligned.guards import check_intact
-from draligned.harness import ContractError
 from draligned.indexing import connect, rebuild
-from draligned.models import ModelError
 from draligned.models.batch import BatchStatus
 from draligned.models.cache import CacheMode
 from draligned.runner import ProgressCallback, StudyResult, run_study
 from draligned.shards import StudyPart
 from draligned.study import StudyError, load_study
 from draligned.workers import in_workers, run_loop
-
-STUDY_ERRORS = (StudyError, CardError, ContractError, ModelError, ArchiveError)
-"""What a study run raises for bad input or a damaged or locked archive (the CLI's exit 2), not a bug."""
 
 
 class StudyInterrupted(Exception):
@@ -81,7 +75,7 @@ def run_study_file(path: str | Path, archive: str | Path | None = None, cache: C
     (draligned.workers); ``part`` runs only its slots (``--shard K/N``); ``ray`` (an address or ``local``) runs
     them as Ray tasks (draligned.distributed.ray_run).
 
-    Raises one of STUDY_ERRORS, or StudyInterrupted on Ctrl-C or SIGTERM.
+    Raises one of draligned.runner.STUDY_ERRORS, or StudyInterrupted on Ctrl-C or SIGTERM.
     """
     study = load_study(path, archive)
     if cache:

@@ -6,11 +6,14 @@ from __future__ import annotations
 import asyncio
 import gc
 import multiprocessing.forkserver
+import operator
 import os
+import pickle
 import signal
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -385,3 +388,52 @@ def test_an_interrupt_while_the_workers_start_starts_no_more_of_them_and_gives_o
     asyncio.run(interrupted())
     assert len(starts) == 1 and not starts[0].is_alive()
     assert Archive(tmp_path / "archive").records() == []  # no slot was given out
+
+
+def test_workers_that_refuse_their_input_stop_the_study_with_its_error_and_a_rerun_resumes(tmp_path, monkeypatch,
+                                                                                              capsys):
+    """The key is gone by the time the two workers start (the parent had it when it checked its models): each
+    worker refuses, the study ends with that refusal as its error (exit 2, the message naming the model and
+    the variable, as the parent's own check would), no request was sent and no run finished; run again with
+    the key, every slot finishes."""
+    import draligned.workers as workers
+
+    monkeypatch.setenv("GONE_KEY", "sk-gone")
+    start_workers = workers.fork_server
+
+    def key_gone_then_start(study: Any) -> Any:
+        monkeypatch.delenv("GONE_KEY")
+        return start_workers(study)
+
+    with CountingServer() as server:
+        study = openai_study(tmp_path / "gone.toml", 2, 2, server.base_url, "GONE_KEY")
+        with monkeypatch.context() as held:
+            held.setattr(workers, "fork_server", key_gone_then_start)
+            assert main(["run", str(study), "--workers", "2"]) == 2
+        out = capsys.readouterr().err
+        assert "error: model 'm'" in out and "GONE_KEY (api_key_env) is not set" in out
+        assert "in a worker process" in out and "Traceback" not in out
+        assert server.log == [] and _finished_per_slot(Archive(tmp_path / "archive")) == {}
+        monkeypatch.setenv("GONE_KEY", "sk-gone")
+        assert main(["run", str(study), "--workers", "2"]) == 0
+    assert sorted(_finished_per_slot(Archive(tmp_path / "archive")).values()) == [1, 1, 1, 1]
+
+
+class _Unloadable:
+    """Pickles in the parent; its unpickling in a worker raises (ZeroDivisionError) before the worker runs."""
+
+    def __reduce__(self) -> tuple[Any, tuple[int, int]]:
+        return operator.truediv, (1, 0)
+
+
+def test_workers_that_die_at_their_start_fail_the_study_and_run_nothing(tmp_path, monkeypatch):
+    """Both workers die before they reach the parent (the study they are sent does not load): the study
+    raises WorkerFailed with their exit codes (not a refusal: a bug), and no run was started."""
+    import draligned.workers as workers
+
+    path = sim_study(tmp_path, price=False)
+    path.write_text(path.read_text().replace("concurrency = 1", "concurrency = 2"))
+    monkeypatch.setattr(workers, "pickle", SimpleNamespace(dumps=lambda _study: pickle.dumps(_Unloadable())))
+    with pytest.raises(workers.WorkerFailed, match=r"worker processes died \(exit codes \[1, 1\]\)"):
+        main(["run", str(path), "--workers", "2"])
+    assert Archive(tmp_path / "archive").records() == []

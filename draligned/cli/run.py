@@ -17,10 +17,10 @@ from rich.table import Table
 
 from draligned.cli import add_command
 from draligned.models.cache import CACHE_MODES
-from draligned.runner import ProgressCallback, RunProgress, StudyResult
+from draligned.runner import STUDY_ERRORS, ProgressCallback, RunProgress, StudyResult
 from draligned.shards import Shard, parse_shard
 from draligned.study import StudyError
-from draligned.workflow import STUDY_ERRORS, StudyInterrupted, run_study_file
+from draligned.workflow import StudyInterrupted, run_study_file
 
 T = TypeVar("T")
 
