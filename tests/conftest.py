@@ -311,3 +311,24 @@ def small_read(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
         assert main(["run", str(study)]) == 0
         assert main(["read", str(tmp / "archive"), "--evaluator", str(REPO / "evaluators" / "sim.toml")]) == 0
     return study, tmp / "archive"
+
+
+@dataclass(frozen=True)
+class SmallReport:
+    """``draligned report`` of a copy of ``small_read``'s archive, with neither ``--plan`` nor ``--no-verify``."""
+
+    archive: Path
+    out: Path
+    stderr: str
+
+
+@pytest.fixture(scope="session")
+def small_report(small_read: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> SmallReport:
+    """The report of a copy of ``small_read``'s archive and what it printed on stderr, built once per session
+    for the tests that only read it (a report is ~1.5 CPU-s, most of it drawing the figures). Never to be
+    changed."""
+    tmp = tmp_path_factory.mktemp("small-report")
+    archive, out, stderr = Path(shutil.copytree(small_read[1], tmp / "archive")), tmp / "report", io.StringIO()
+    with contextlib.redirect_stderr(stderr):
+        assert main(["report", str(archive), "--out", str(out)]) == 0
+    return SmallReport(archive=archive, out=out, stderr=stderr.getvalue())
