@@ -9,6 +9,7 @@ import ipaddress
 import os
 import shutil
 import socket
+import sys
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -37,14 +38,31 @@ each full one walking its ~440,000 objects (modules, collected tests): ~6 CPU-s 
 counting frees all but cyclic garbage at once as before; cycles wait a little longer."""
 
 
+def _cache_bytecode(config: pytest.Config) -> None:
+    """Under PYTHONDONTWRITEBYTECODE, compiled modules kept in pytest's cache folder (``pycache``) rather than
+    next to the sources: the controller and each xdist worker otherwise rewrite the asserts of every test
+    module again (~3 CPU-s a process: half of collecting), and every command a test starts compiles the
+    modules it imports again. The sources stay free of ``__pycache__`` as the setting asks. Set in the
+    environment too, for those commands (started after this)."""
+    cache = getattr(config, "cache", None)  # None under -p no:cacheprovider
+    if not sys.dont_write_bytecode or sys.pycache_prefix is not None or cache is None:
+        return
+    prefix = str(cache.mkdir("pycache"))
+    sys.pycache_prefix, sys.dont_write_bytecode = prefix, False  # read by pytest's assertion rewriting too
+    os.environ["PYTHONPYCACHEPREFIX"] = prefix
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    """The collector's thresholds (TEST_GC_THRESHOLD), and temporary directories and the sandbox's
-    workspaces on a RAM disk when the machine has one with room (each unless another place was chosen):
+    """Compiled modules cached (:func:`_cache_bytecode`), the collector's thresholds (TEST_GC_THRESHOLD), and
+    temporary directories and the sandbox's workspaces on a RAM disk when the machine has one with room
+    (each unless another place was chosen):
     the archive makes every file it writes durable (fsync), which on a disk shared with other work costs
     more wall time than the tests' own work, and the H-W and H-D runs make, fill and remove a workspace
     each (the demo alone ~1,600 files: ~1.5 CPU-s and several seconds of wall more on the disk); on tmpfs
     both are free. Only where the files live changes. Set before any test starts a process, so the forked
     commands, study workers and Ray nodes put their workspaces in the same place."""
+    _cache_bytecode(config)
     gc.set_threshold(*TEST_GC_THRESHOLD)
     try:
         room = shutil.disk_usage(RAM_DISK).free if RAM_DISK.is_dir() and os.access(RAM_DISK, os.W_OK) else 0
@@ -293,3 +311,24 @@ def small_read(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
         assert main(["run", str(study)]) == 0
         assert main(["read", str(tmp / "archive"), "--evaluator", str(REPO / "evaluators" / "sim.toml")]) == 0
     return study, tmp / "archive"
+
+
+@dataclass(frozen=True)
+class SmallReport:
+    """``draligned report`` of a copy of ``small_read``'s archive, with neither ``--plan`` nor ``--no-verify``."""
+
+    archive: Path
+    out: Path
+    stderr: str
+
+
+@pytest.fixture(scope="session")
+def small_report(small_read: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> SmallReport:
+    """The report of a copy of ``small_read``'s archive and what it printed on stderr, built once per session
+    for the tests that only read it (a report is ~1.5 CPU-s, most of it drawing the figures). Never to be
+    changed."""
+    tmp = tmp_path_factory.mktemp("small-report")
+    archive, out, stderr = Path(shutil.copytree(small_read[1], tmp / "archive")), tmp / "report", io.StringIO()
+    with contextlib.redirect_stderr(stderr):
+        assert main(["report", str(archive), "--out", str(out)]) == 0
+    return SmallReport(archive=archive, out=out, stderr=stderr.getvalue())

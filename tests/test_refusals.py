@@ -13,6 +13,7 @@ import pytest
 
 from draligned.analysis.plan import parse_plan
 from draligned.cli import build_parser, main
+from tests.conftest import SmallReport
 from tests.study_helpers import REPO
 
 SIM_TOML = str(REPO / "evaluators" / "sim.toml")
@@ -77,13 +78,11 @@ def test_a_path_that_is_no_archive_is_refused_and_nothing_is_created(tmp_path, c
     assert sorted(tmp_path.rglob("*")) == before  # no index.duckdb, reads/, reviews/ or output made
 
 
-def test_report_without_plan_uses_a_plan_over_the_archives_studies_and_says_so(read_archive, tmp_path, capsys):
-    out = tmp_path / "report"
-    assert main(["report", str(read_archive), "--out", str(out)]) == 0
-    err = capsys.readouterr().err
+def test_report_without_plan_uses_a_plan_over_the_archives_studies_and_says_so(small_report: SmallReport):
+    err = small_report.stderr
     assert "no --plan given: using a default plan over the archive's studies (small)" in err
-    assert f"draligned plan init {read_archive}" in err
-    assert "2 of 2 run attempts in the plan's subset" in (out / "report.md").read_text()
+    assert f"draligned plan init {small_report.archive}" in err
+    assert "2 of 2 run attempts in the plan's subset" in (small_report.out / "report.md").read_text()
 
 
 def test_plan_init_prints_a_valid_starting_plan_for_the_archive(read_archive, capsys):
