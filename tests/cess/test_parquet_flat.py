@@ -177,7 +177,7 @@ def test_flat_2_probabilities_of_the_wrong_size_are_named(
 
 def _batches(path: Path) -> list[pa.RecordBatch]:
     """A flat file's batches as the reader decodes them (the ids as dictionaries)."""
-    file = pq.ParquetFile(path, read_dictionary=["doc_ids.list.element", "chosen.list.element"])
+    file = pq.ParquetFile(path, read_dictionary=parquet.DICTIONARIES)
     return [b for g in range(file.num_row_groups) for b in file.read_row_group(g).to_batches()]
 
 
