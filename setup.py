@@ -1,11 +1,12 @@
 """The optional compiled parts: the walk of ``draligned.cess.line_chunk`` (``draligned/cess/_line_walk.cpp``) and
 the kernels of the columns path (``draligned/cess/_kernels.cpp``, the standard library alone: the writer of
-``draligned.cess.json_lines``, the probability sums of ``draligned.cess.parquet_batch``).
+``draligned.cess.json_lines``, the probability sums of ``draligned.cess.parquet_batch``, the check of a
+``flat-2`` batch of ``draligned.cess.parquet_flat``).
 
 The walk includes the simdjson sources that pysimdjson ships in its package directory (pysimdjson is in
 [build-system] requires, so an isolated build has them). ``optional=True``: without a compiler, or without
 pysimdjson in the build environment, the package installs without it and loads JSON Lines in Python as before
-(and without the kernels, DuckDB writes the lines and numpy sums the probabilities).
+(and without the kernels, DuckDB writes the lines and numpy sums the probabilities and checks the batches).
 """
 
 from __future__ import annotations

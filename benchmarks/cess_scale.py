@@ -52,7 +52,7 @@ from draligned.cess.column_estimators import estimate_columns
 from draligned.cess.columns import NEVER, ColumnBuilder, TrajectoryColumns
 from draligned.cess.estimators import trajectory_estimates
 from draligned.cess.metrics import cluster_ci
-from draligned.cess.parquet import load_parquet, write_parquet
+from draligned.cess.parquet import DICTIONARIES, load_parquet, write_parquet
 from draligned.cess.parquet_flat import FLAT_BINARY, LAYOUT_KEY
 from draligned.cess.trajectory import load_trajectories
 
@@ -191,7 +191,7 @@ def _parquet_stages(parquet: Path, groups: int = 16) -> dict[str, float]:
     from draligned.cess.json_lines import json_lines
     from draligned.cess.parquet_flat import FLAT_SCHEMA, check_flat_batch
 
-    file = pq.ParquetFile(parquet, memory_map=True, read_dictionary=["doc_ids.list.element", "chosen.list.element"])
+    file = pq.ParquetFile(parquet, memory_map=True, read_dictionary=DICTIONARIES)
     con, rows = duckdb.connect(config={"threads": 1}), 0
     spent = dict.fromkeys(("decode", "check", "estimate", "json"), 0.0)
     for group in range(min(groups + WARM_GROUPS, file.metadata.num_row_groups)):

@@ -13,6 +13,10 @@
 //
 // round_min_sum, for draligned.cess.parquet_batch: each round's smallest probability and their sum, in one pass
 // over the probabilities without the GIL (numpy's two reduceat passes were a third of the Parquet checks).
+//
+// check_flat, for draligned.cess.parquet_flat: every numeric rule of parquet_batch.check_batch over a flat-2 batch
+// (per row whether it is suspect) and the columns it gathers, in one pass over the rows without the GIL (numpy's
+// were about 30 passes over the batch); the rows it flags go to the full validator as before.
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -115,23 +119,31 @@ struct Buffer {  // a read-only C-contiguous 1-d buffer of n items of one size
   ~Buffer() {
     if (held) PyBuffer_Release(&view);
   }
-  // kinds: the struct codes accepted ("d" float64, "lq" int64, "?" bool), each of itemsize bytes
-  bool take(PyObject *object, const char *kinds, Py_ssize_t itemsize, Py_ssize_t n, const char *what) {
-    if (PyObject_GetBuffer(object, &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0) return false;
+  // kinds: the struct codes accepted ("d" float64, "lq" int64, "i" int32, "?" bool, "B" bytes), each of itemsize
+  // bytes; n items (any number if n < 0); writable: an output
+  bool take(PyObject *object, const char *kinds, Py_ssize_t itemsize, Py_ssize_t n, const char *what,
+            bool writable = false) {
+    if (PyObject_GetBuffer(object, &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0)) != 0)
+      return false;
     held = true;
     const char *code = view.format ? view.format : "B";
     if (*code == '@' || *code == '=' || *code == '<') code++;  // native (or little-endian) order
     if (code[0] == '\0' || code[1] != '\0' || !std::strchr(kinds, code[0]) || view.itemsize != itemsize ||
-        view.len != itemsize * n) {
+        (n >= 0 && view.len != itemsize * n)) {
       PyErr_Format(PyExc_ValueError, "%s: expected %zd items of type '%s' (%zd bytes), got format '%s'", what, n,
                    kinds, itemsize, view.format ? view.format : "B");
       return false;
     }
     return true;
   }
+  Py_ssize_t size() const { return view.len / view.itemsize; }
   template <typename T>
   const T *data() const {
     return static_cast<const T *>(view.buf);
+  }
+  template <typename T>
+  T *out() const {
+    return static_cast<T *>(view.buf);
   }
 };
 
@@ -224,9 +236,32 @@ double pairwise_sum(const double *a, int64_t n) {
   return pairwise_sum(a, half) + pairwise_sum(a + half, n - half);
 }
 
+// The smallest of n values (NaN if one is NaN) and their sum as np.add.reduceat sums them, NaN for both if n = 0.
+// Eight running minima and numpy's eight partial sums: no chain of dependent compares or adds.
+void min_sum(const double *first, int64_t n, double &low, double &sum) {
+  if (n <= 0) {
+    low = sum = NAN;
+    return;
+  }
+  double m[8];
+  bool nan = false;
+  for (int j = 0; j < 8; j++) m[j] = first[0];
+  for (int64_t i = 0; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; j++) {
+      nan |= first[i + j] != first[i + j];
+      m[j] = first[i + j] < m[j] ? first[i + j] : m[j];
+    }
+  for (int64_t i = n - n % 8; i < n; i++) {
+    nan |= first[i] != first[i];
+    m[0] = first[i] < m[0] ? first[i] : m[0];
+  }
+  low = nan ? NAN : std::min({m[0], m[1], m[2], m[3], m[4], m[5], m[6], m[7]});
+  sum = first[0] + pairwise_sum(first + 1, n - 1);
+}
+
 // round_min_sum(values, offsets, low, total): for each segment offsets[r]:offsets[r + 1] of values, its
 // minimum (NaN if any value is NaN, or the segment is empty) and its sum as np.add.reduceat sums it (NaN for an
-// empty one), into low, total. Eight running minima and numpy's eight partial sums: no chain of dependent adds.
+// empty one), into low, total.
 PyObject *round_min_sum(PyObject *, PyObject *args) {
   PyObject *values_obj, *offsets_obj, *low_obj, *total_obj;
   if (!PyArg_ParseTuple(args, "OOOO", &values_obj, &offsets_obj, &low_obj, &total_obj)) return nullptr;
@@ -251,33 +286,162 @@ PyObject *round_min_sum(PyObject *, PyObject *args) {
     const double *v = static_cast<const double *>(values.buf);
     double *lo = static_cast<double *>(low.buf), *sum = static_cast<double *>(total.buf);
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t r = 0; r < rounds; r++) {
-      double smallest = NAN, s = NAN;
-      if (off[r] < off[r + 1]) {
-        const double *first = v + off[r];
-        int64_t n = off[r + 1] - off[r];
-        double m[8];
-        bool nan = false;
-        for (int j = 0; j < 8; j++) m[j] = first[0];
-        for (int64_t i = 0; i + 8 <= n; i += 8)
-          for (int j = 0; j < 8; j++) {
-            nan |= first[i + j] != first[i + j];
-            m[j] = first[i + j] < m[j] ? first[i + j] : m[j];
-          }
-        for (int64_t i = n - n % 8; i < n; i++) {
-          nan |= first[i] != first[i];
-          m[0] = first[i] < m[0] ? first[i] : m[0];
-        }
-        smallest = nan ? NAN : std::min({m[0], m[1], m[2], m[3], m[4], m[5], m[6], m[7]});
-        s = first[0] + pairwise_sum(first + 1, n - 1);
-      }
-      lo[r] = smallest, sum[r] = s;
-    }
+    for (Py_ssize_t r = 0; r < rounds; r++) min_sum(v + off[r], off[r + 1] - off[r], lo[r], sum[r]);
     Py_END_ALLOW_THREADS
   }
   for (Py_buffer *view : {&values, &offsets, &low, &total})
     if (view->obj != nullptr) PyBuffer_Release(view);
   if (!ok) return nullptr;
+  Py_RETURN_NONE;
+}
+
+
+// Offsets (rows + 1, int64) that start at 0, never fall and stay within `items` values.
+bool valid_offsets(const Buffer &offsets, Py_ssize_t rows, Py_ssize_t items, const char *what) {
+  const int64_t *off = offsets.data<int64_t>();
+  bool ok = off[0] == 0;
+  for (Py_ssize_t i = 0; ok && i < rows; i++) ok = off[i] <= off[i + 1];
+  if (!ok || off[rows] > items) PyErr_Format(PyExc_ValueError, "check_flat: %s offsets outside their values", what);
+  return ok && off[rows] <= items;
+}
+
+// A validity array: one bool per item, or none (length 0) when every item is there.
+bool there(const Buffer &valid, int64_t at) { return valid.size() == 0 || valid.data<bool>()[at]; }
+
+// An absence array: one bool per row (its list is NULL), or none (length 0) when no list is.
+bool absent(const Buffer &absence, int64_t row) { return absence.size() != 0 && absence.data<bool>()[row]; }
+
+// check_flat(budget, doc_off, doc_codes, n_codes, empty, doc_y, y_off, y, y_valid, y_absent, m_off, m, m_absent,
+//            chosen_off, chosen_idx, chosen_map, stop_off, stop, ry_off, ry, ry_valid, ry_any, p_off, p_bytes,
+//            sum_limit, y_tolerance, bad, budget_f, n_docs, n_rounds, first_support, chosen, score, p, full):
+// parquet_batch.check_batch's rules for the rows of a flat-2 batch whose round lists, document and chosen id lists
+// and probabilities are never NULL, and the arrays it gathers that are not views of the batch. Offsets are int64
+// from 0 (rows + 1): the documents of row i are doc_off[i]..doc_off[i + 1] (doc_codes: their dictionary codes,
+// -1 for NULL; `empty` the code of "" or -1; doc_y: pool.y at the documents, NaN where unknown), its rounds
+// chosen_off[i]..; chosen_map takes a chosen id's code to its document code (-1: not a document id; a NULL id's
+// code is -1). Values are float64, NaN for NULL; a validity array holds one bool per value, or none when all are
+// there (ry_any: false when no round score is); y_absent, m_absent one per row (or none: no list NULL). p_off
+// are byte offsets into p_bytes (T x N little-endian float64 in a well-shaped row). The outputs have one entry per
+// row, per document (first_support is written only where a round lacks full support: the caller zeroes it) and
+// per round. A row with a round list or probabilities of another length is suspect and its rounds left out.
+PyObject *check_flat(PyObject *, PyObject *args) {
+  PyObject *in[22], *outs[9];
+  Py_ssize_t n_codes, empty;
+  int ry_any;
+  double sum_limit, y_tolerance;
+  if (!PyArg_ParseTuple(args, "OOOnnOOOOOOOOOOOOOOOOpOOddOOOOOOOOO", &in[0], &in[1], &in[2], &n_codes, &empty,
+                        &in[3], &in[4], &in[5], &in[6], &in[7], &in[8], &in[9], &in[10], &in[11], &in[12], &in[13],
+                        &in[14], &in[15], &in[16], &in[17], &in[18], &ry_any, &in[19], &in[20], &sum_limit,
+                        &y_tolerance, &outs[0], &outs[1], &outs[2], &outs[3], &outs[4], &outs[5], &outs[6], &outs[7],
+                        &outs[8]))
+    return nullptr;
+  Buffer budget, doc_off, codes, doc_y, y_off, yv, y_valid, y_absent, m_off, mv, m_absent, ch_off, ch_idx, ch_map,
+      s_off, sv, ry_off, ryv, ry_valid, p_off, pb;
+  if (!budget.take(in[0], "lq", 8, -1, "budget")) return nullptr;
+  const Py_ssize_t b = budget.size();
+  if (!doc_off.take(in[1], "lq", 8, b + 1, "doc_off") || !codes.take(in[2], "i", 4, -1, "doc_codes") ||
+      !doc_y.take(in[3], "d", 8, -1, "doc_y") || !y_off.take(in[4], "lq", 8, b + 1, "y_off") ||
+      !yv.take(in[5], "d", 8, -1, "y") || !y_valid.take(in[6], "?", 1, -1, "y_valid") ||
+      !y_absent.take(in[7], "?", 1, -1, "y_absent") || !m_off.take(in[8], "lq", 8, b + 1, "m_off") ||
+      !mv.take(in[9], "d", 8, -1, "m") || !m_absent.take(in[10], "?", 1, -1, "m_absent") ||
+      !ch_off.take(in[11], "lq", 8, b + 1, "chosen_off") || !ch_idx.take(in[12], "i", 4, -1, "chosen_idx") ||
+      !ch_map.take(in[13], "i", 4, -1, "chosen_map") || !s_off.take(in[14], "lq", 8, b + 1, "stop_off") ||
+      !sv.take(in[15], "d", 8, -1, "stop") || !ry_off.take(in[16], "lq", 8, b + 1, "ry_off") ||
+      !ryv.take(in[17], "d", 8, -1, "ry") || !ry_valid.take(in[18], "?", 1, -1, "ry_valid") ||
+      !p_off.take(in[19], "lq", 8, b + 1, "p_off") || !pb.take(in[20], "B", 1, -1, "p_bytes"))
+    return nullptr;
+  if (!valid_offsets(doc_off, b, codes.size(), "doc") || !valid_offsets(y_off, b, yv.size(), "y") ||
+      !valid_offsets(m_off, b, mv.size(), "m") || !valid_offsets(ch_off, b, ch_idx.size(), "chosen") ||
+      !valid_offsets(s_off, b, sv.size(), "stop") ||
+      !valid_offsets(ry_off, b, ry_any ? ryv.size() : PY_SSIZE_T_MAX, "ry") ||
+      !valid_offsets(p_off, b, pb.size(), "probs"))
+    return nullptr;
+  const Py_ssize_t d = doc_off.data<int64_t>()[b], r = ch_off.data<int64_t>()[b];
+  if (doc_y.size() != d || (y_valid.size() && y_valid.size() != yv.size()) || (y_absent.size() && y_absent.size() != b) ||
+      (m_absent.size() && m_absent.size() != b) || (ry_any && ry_valid.size() && ry_valid.size() != ryv.size())) {
+    PyErr_SetString(PyExc_ValueError, "check_flat: doc_y, a validity or an absence array of another length");
+    return nullptr;
+  }
+  Buffer bad, budget_f, n_docs, n_rounds, first, chosen, score, p, full;
+  if (!bad.take(outs[0], "?", 1, b, "bad", true) || !budget_f.take(outs[1], "d", 8, b, "budget_f", true) ||
+      !n_docs.take(outs[2], "lq", 8, b, "n_docs", true) || !n_rounds.take(outs[3], "lq", 8, b, "n_rounds", true) ||
+      !first.take(outs[4], "lq", 8, d, "first_support", true) || !chosen.take(outs[5], "lq", 8, r, "chosen", true) ||
+      !score.take(outs[6], "d", 8, r, "y", true) || !p.take(outs[7], "d", 8, r, "p", true) ||
+      !full.take(outs[8], "?", 1, r, "full_support", true))
+    return nullptr;
+  Py_BEGIN_ALLOW_THREADS
+  std::vector<int64_t> stamp(size_t(std::max<Py_ssize_t>(n_codes, 0)), -1);  // the row that last held a code
+  std::vector<int64_t> where(stamp.size());                                   // and its first place there
+  std::vector<double> probs;
+  const int64_t *const budgets = budget.data<int64_t>(), *const doff = doc_off.data<int64_t>();
+  const int64_t *const yoff = y_off.data<int64_t>(), *const moff = m_off.data<int64_t>();
+  const int64_t *const coff = ch_off.data<int64_t>(), *const soff = s_off.data<int64_t>();
+  const int64_t *const royff = ry_off.data<int64_t>(), *const poff = p_off.data<int64_t>();
+  const int32_t *const code_of = codes.data<int32_t>(), *const idx = ch_idx.data<int32_t>();
+  const int32_t *const map = ch_map.data<int32_t>();
+  const Py_ssize_t map_size = ch_map.size();
+  const double *const dy = doc_y.data<double>(), *const y = yv.data<double>(), *const m = mv.data<double>();
+  const double *const s = sv.data<double>(), *const ry = ryv.data<double>();
+  const unsigned char *const bytes = pb.data<unsigned char>();
+  bool *const bad_o = bad.out<bool>(), *const full_o = full.out<bool>();
+  double *const budget_o = budget_f.out<double>(), *const score_o = score.out<double>(), *const p_o = p.out<double>();
+  int64_t *const n_o = n_docs.out<int64_t>(), *const t_o = n_rounds.out<int64_t>();
+  int64_t *const first_o = first.out<int64_t>(), *const chosen_o = chosen.out<int64_t>();
+  for (Py_ssize_t i = 0; i < b; i++) {
+    const int64_t d0 = doff[i], n = doff[i + 1] - d0, r0 = coff[i], t = coff[i + 1] - r0;
+    const int64_t y0 = yoff[i], m0 = moff[i], s0 = soff[i], ry0 = royff[i], p0 = poff[i];
+    const double budget_i = double(budgets[i]);
+    n_o[i] = n, t_o[i] = t, budget_o[i] = budget_i;
+    const bool shaped = (soff[i + 1] - s0 == t) & (royff[i + 1] - ry0 == t) & (poff[i + 1] - p0 == t * n * 8);
+    bool suspect = (budgets[i] < 1) | (n == 0) | (t == 0) | (double(t) > budget_i) | !shaped;
+    suspect |= (!absent(y_absent, i) && yoff[i + 1] - y0 != n) || (!absent(m_absent, i) && moff[i + 1] - m0 != n);
+    for (int64_t k = 0; k < n; k++) {
+      const int32_t c = code_of[d0 + k];
+      if (c < 0 || c >= n_codes || c == empty || stamp[size_t(c)] == i) {
+        suspect = true;  // no document id, "" or a repeated one
+      } else {
+        stamp[size_t(c)] = i, where[size_t(c)] = k;
+      }
+    }
+    for (int64_t k = y0; k < yoff[i + 1]; k++) suspect |= there(y_valid, k) && !((y[k] >= -1) & (y[k] <= 1));
+    for (int64_t k = m0; k < moff[i + 1]; k++) suspect |= !std::isfinite(m[k]);
+    bool varying = false, all_chosen = true;
+    probs.resize(size_t(n));
+    for (int64_t k = 0; k < t; k++) {
+      const int64_t at = r0 + k;
+      if (!shaped) {
+        chosen_o[at] = -1, score_o[at] = p_o[at] = NAN, full_o[at] = false;
+        continue;
+      }
+      const int32_t ci = idx[at];
+      const int32_t c = ci >= 0 && ci < map_size ? map[ci] : -1;
+      const int64_t j = c >= 0 && c < n_codes && stamp[size_t(c)] == i ? where[size_t(c)] : -1;
+      std::memcpy(probs.data(), bytes + p0 + k * n * 8, size_t(n) * 8);
+      double low, total;
+      min_sum(probs.data(), n, low, total);
+      const bool ry_there = ry_any && there(ry_valid, ry0 + k);
+      const double pj = j >= 0 ? probs[size_t(j)] : NAN, stop_k = s[s0 + k], ry_k = ry_there ? ry[ry0 + k] : NAN;
+      const double pool_y = j >= 0 ? dy[d0 + j] : NAN, y_k = ry_there ? ry_k : pool_y;
+      suspect |= (j < 0) | !(low >= 0) | !(std::fabs(total - 1.0) <= sum_limit) | !(pj > 0) | !(stop_k >= 0) |
+                 !(stop_k < 1) | ((k == 0) & (stop_k != 0)) | std::isnan(y_k) |
+                 (ry_there && !((ry_k >= -1) & (ry_k <= 1))) | (std::fabs(ry_k - pool_y) > y_tolerance);
+      chosen_o[at] = j, score_o[at] = y_k, p_o[at] = pj, full_o[at] = low > 0;
+      varying |= !(low > 0), all_chosen &= j >= 0;
+    }
+    if (shaped && varying && all_chosen) {  // rare: a zero probability somewhere; each document's first positive round
+      for (int64_t q = 0; q < n; q++) {
+        int64_t round = INT64_MAX;  // columns.NEVER
+        for (int64_t k = 0; k < t && round == INT64_MAX; k++) {
+          double v;
+          std::memcpy(&v, bytes + p0 + (k * n + q) * 8, 8);
+          if (v > 0) round = k;
+        }
+        first_o[d0 + q] = round;
+      }
+    }
+    bad_o[i] = suspect;
+  }
+  Py_END_ALLOW_THREADS
   Py_RETURN_NONE;
 }
 
@@ -289,6 +453,9 @@ PyMethodDef methods[] = {
     {"round_min_sum", round_min_sum, METH_VARARGS,
      "round_min_sum(values, offsets, low, total) -> None: each segment's minimum (NaN if it holds a NaN or is "
      "empty) and sum (NaN if empty) of float64 values at int64 offsets, into the float64 arrays low and total."},
+    {"check_flat", check_flat, METH_VARARGS,
+     "check_flat(...) -> None: parquet_batch.check_batch's suspect rows and columns of a flat-2 batch without NULLs, "
+     "into the given arrays (see _kernels.cpp)."},
     {nullptr, nullptr, 0, nullptr}};
 
 PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kernels", "Compiled kernels of the columns path (json_lines, parquet_batch).",

@@ -57,6 +57,9 @@ COLUMNS = {
 ROW_GROUP_ROWS = 16_384
 """Rows per row group written: the reader decodes one at a time, so smaller groups bound its memory
 (DuckDB's default of 122,880 rows held ~0.6 GB more at 10^6 trajectories); any size reads."""
+DICTIONARIES = ["task_id", "ranking", "doc_ids.list.element", "chosen.list.element"]
+"""The flat columns written dictionary-encoded and decoded as dictionaries (a few distinct strings: their codes
+decode faster than the strings, and the checks look each distinct one up once)."""
 
 
 def _literal(path: Path) -> str:
@@ -77,8 +80,7 @@ def write_parquet(jsonl: Path, out: Path) -> None:
     import duckdb
 
     reader = duckdb.connect().sql(_read_json(jsonl)).to_arrow_reader(ROW_GROUP_ROWS)
-    strings = ["task_id", "ranking", "doc_ids.list.element", "chosen.list.element"]
-    with pq.ParquetWriter(out, FLAT_BINARY_SCHEMA, compression="none", use_dictionary=strings) as writer:
+    with pq.ParquetWriter(out, FLAT_BINARY_SCHEMA, compression="none", use_dictionary=DICTIONARIES) as writer:
         for table in full_groups(map(flatten_batch, reader), ROW_GROUP_ROWS):
             writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
 
@@ -234,8 +236,7 @@ def checked_group(path: Path, group: int, flat: bool, meta: pq.FileMetaData | No
     """One row group decoded by pyarrow and checked batch by batch (:func:`check_batch`); ``meta``: the
     file's metadata, read once (parsing the footer again costs about 1.2 ms a group)."""
     names, check = (FLAT_BINARY_SCHEMA.names, check_flat_batch) if flat else (list(COLUMNS), check_batch)
-    codes = ["doc_ids.list.element", "chosen.list.element"] if flat else None  # decoded as dictionaries
-    file = pq.ParquetFile(path, memory_map=True, read_dictionary=codes, metadata=meta)
+    file = pq.ParquetFile(path, memory_map=True, read_dictionary=DICTIONARIES if flat else None, metadata=meta)
     try:
         table = file.read_row_group(group, columns=names, use_threads=False)
         return [check(batch) for batch in table.to_batches()]

@@ -105,49 +105,54 @@ def _choices(doc_codes: np.ndarray, doc_start: np.ndarray, n: np.ndarray, owner_
     return chosen, repeated
 
 
+def per_document(values: np.ndarray, off: np.ndarray, absent: np.ndarray, doc_off: np.ndarray,
+                 fill: float) -> np.ndarray:
+    """A pool list's values (``off``: its offsets from 0) at their documents (``doc_off``): the values themselves
+    where every row's list is as long as its pool, else ``fill`` for a row whose list is absent (NULL) or of
+    another length (the row is suspect then)."""
+    if np.array_equal(off, doc_off):
+        return values
+    out, length = np.full(int(doc_off[-1]), fill), np.diff(off)
+    fits = ~absent & (length == np.diff(doc_off))
+    if fits.any():
+        owner = np.repeat(np.arange(len(length)), length)
+        keep = fits[owner]
+        out[(doc_off[owner] + np.arange(len(values)) - off[owner])[keep]] = values[keep]
+    return out
+
+
 def check_batch(batch: pa.RecordBatch) -> Checked:
     """Per row whether it is suspect, the column arrays of :class:`~draligned.cess.columns.ColumnBuilder`
     (some of them views of the batch's buffers, which :class:`~draligned.cess.columns.ColumnSink` copies
     into place), and the trajectory and task ids."""
     b, col = batch.num_rows, batch.column
-    ids, tasks, ranking, budget, pool, rounds = (col(name) for name in (
-        "trajectory_id", "task_id", "ranking", "budget", "pool", "rounds"))
-    bad = flag(pc.equal(ids, "")) | flag(pc.equal(tasks, "")) | flag(pc.less(budget, 1)) | nulls(pool)
-    bad |= ~flag(pc.or_kleene(pc.is_null(ranking), pc.is_in(ranking, value_set=_RANKINGS)))
+    budget, pool, rounds = (col(name) for name in ("budget", "pool", "rounds"))
+    bad, ids, tasks = check_strings(batch)
+    bad |= flag(pc.less(budget, 1)) | nulls(pool)
     budget_f = np.asarray(pc.fill_null(budget, 1).to_numpy(zero_copy_only=False), float)
     doc_ids, pool_y, pool_m = pool.flatten()
 
     doc_off, doc_values = unlist(doc_ids)
     n = np.diff(doc_off)
     owner_d = np.repeat(np.arange(b), n)
-    encoded = _encoded(doc_values)
+    encoded = encoded_ids(doc_values)
     doc_codes = np.asarray(pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False), np.int32)
     empty = pc.index(encoded.dictionary, "").as_py()
     bad |= nulls(doc_ids) | (n == 0) | _any_per(owner_d, (doc_codes < 0) | (doc_codes == empty), b)
 
-    doc_y = np.full(len(doc_codes), np.nan)
     y_off, y_values = unlist(pool_y)
     yv, y_valid = _floats(y_values)
     y_len, y_absent = np.diff(y_off), nulls(pool_y)
     bad |= ~y_absent & (y_len != n)
     bad |= _any_per(np.repeat(np.arange(b), y_len), y_valid & ~((yv >= -1) & (yv <= 1)), b)
-    if np.array_equal(y_off, doc_off):
-        doc_y = yv
-    else:  # some pool.y absent (unknown scores) or of the wrong length (suspect already)
-        owner_y = np.repeat(np.arange(b), y_len)
-        keep = ~y_absent[owner_y] & (y_len == n)[owner_y]
-        doc_y[(doc_off[owner_y] + np.arange(len(yv)) - y_off[owner_y])[keep]] = yv[keep]
+    doc_y = per_document(yv, y_off, y_absent, doc_off, np.nan)  # NaN: pool.y absent (unknown scores)
 
     m_off, m_values = unlist(pool_m)
     mv = np.asarray(m_values.to_numpy(zero_copy_only=False), float)
     m_absent = nulls(pool_m)
     bad |= ~m_absent & (np.diff(m_off) != n)
     bad |= _any_per(np.repeat(np.arange(b), np.diff(m_off)), ~np.isfinite(mv), b)
-    doc_m = mv if np.array_equal(m_off, doc_off) else np.zeros(len(doc_codes))
-    if doc_m is not mv and (~m_absent & (np.diff(m_off) == n)).any():
-        owner_m = np.repeat(np.arange(b), np.diff(m_off))
-        keep = ~m_absent[owner_m] & (np.diff(m_off) == n)[owner_m]
-        doc_m[(doc_off[owner_m] + np.arange(len(mv)) - m_off[owner_m])[keep]] = mv[keep]
+    doc_m = per_document(mv, m_off, m_absent, doc_off, 0.0)
 
     r_off, r_values = unlist(rounds)
     n_rounds = np.diff(r_off)
@@ -189,10 +194,19 @@ def check_batch(batch: pa.RecordBatch) -> Checked:
         first_support[d0:d0 + size] = first_positive_round(block)
     arrays = {"budget": budget_f, "n_docs": n, "doc_m": doc_m, "doc_y": doc_y, "first_support": first_support,
               "n_rounds": n_rounds, "chosen": chosen, "y": score, "p": p, "stop": sv, "full_support": full}
-    return bad, arrays, ids.to_pylist(), _shared_strings(tasks)
+    return bad, arrays, ids, tasks
 
 
-def _encoded(values: pa.Array) -> pa.DictionaryArray:
+def check_strings(batch: pa.RecordBatch) -> tuple[np.ndarray, list[str], list[str]]:
+    """Per row whether its trajectory or task id is empty (or NULL) or its ranking not one of the three
+    (NULL: absent, allowed); and the trajectory and task ids as lists."""
+    ids, tasks, ranking = (batch.column(name) for name in ("trajectory_id", "task_id", "ranking"))
+    bad = flag(pc.equal(ids, "")) | flag(pc.equal(tasks, ""))
+    bad |= ~flag(pc.or_kleene(pc.is_null(ranking), pc.is_in(ranking, value_set=_RANKINGS)))
+    return bad, ids.to_pylist(), _shared_strings(tasks)
+
+
+def encoded_ids(values: pa.Array) -> pa.DictionaryArray:
     """Strings as a dictionary array with distinct entries (equal ids, equal codes). A dictionary
     decoded from Parquet is kept (decoding its strings costs more than all the checks) unless another
     writer repeated an entry in it."""
@@ -207,6 +221,6 @@ def _shared_strings(arr: pa.Array) -> list[str]:
     """``arr.to_pylist()`` with one str object per distinct value (a few hundred tasks for 10^6 rows: ~50 MB less)."""
     if arr.null_count:
         return arr.to_pylist()
-    encoded = pc.dictionary_encode(arr)
+    encoded = arr if pa.types.is_dictionary(arr.type) else pc.dictionary_encode(arr)
     names = encoded.dictionary.to_pylist()
     return [names[i] for i in encoded.indices.to_numpy().tolist()]

@@ -15,7 +15,9 @@ The checks are those of the nested layout: :func:`check_flat_batch` checks the l
 adds (each round list has T entries, ``probs`` T × N), rebuilds the nested arrays as views and runs
 :func:`~draligned.cess.parquet_batch.check_batch`; :func:`flat_record` turns a suspect row back into
 the JSON record for the full validator, so errors name the row and the record's field (or the flat
-column, for a length only this layout has).
+column, for a length only this layout has). With the optional extension, a ``flat-2`` batch is checked in one
+compiled pass over its rows (``_kernels.check_flat``: the same rules, the same suspect rows and arrays) instead
+of numpy's thirty-odd passes over its arrays.
 """
 
 from __future__ import annotations
@@ -26,8 +28,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from draligned.cess.parquet_batch import Checked, check_batch, nulls, unlist
-from draligned.cess.trajectory_rules import TrajectoryError
+from draligned.cess.parquet_batch import Checked, check_batch, check_strings, encoded_ids, nulls, per_document, unlist
+from draligned.cess.trajectory_rules import PROB_SUM_MARGIN, PROB_SUM_TOLERANCE, Y_TOLERANCE, TrajectoryError
+
+try:
+    from draligned.cess import _kernels as compiled_checks
+except ImportError:  # installed without a C++ compiler (the extension is optional): numpy checks every batch
+    compiled_checks = None  # type: ignore[assignment]
 
 LAYOUT_KEY = b"draligned.cess.layout"
 """Parquet key-value metadata key naming the layout; absent in the nested files written before."""
@@ -151,10 +158,63 @@ def nested_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
                                                        "rounds"])
 
 
+def _values(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """Float values (NaN for NULL) and which are there: none (empty) when all are, as the compiled pass takes them."""
+    return np.asarray(arr.to_numpy(zero_copy_only=False), FLOAT), ~nulls(arr) if arr.null_count else _NONE
+
+
+_NONE = np.zeros(0, bool)
+
+
+def _compiled_check(batch: pa.RecordBatch) -> Checked | None:
+    """:func:`check_flat_batch` in one compiled pass (``_kernels.check_flat``), or None where the pass does not
+    apply: without the extension, for ``flat-1``, and where a list it needs is NULL (round lists, document or
+    chosen ids, probabilities: another writer's file) or a budget is. Its arrays hold every row (a suspect
+    row's entries are never used)."""
+    col = batch.column
+    doc_ids, chosen = col("doc_ids"), col("chosen")
+    if (compiled_checks is None or not _binary(col("probs")) or col("budget").null_count
+            or any(col(name).null_count for name in ("doc_ids", "chosen", "probs", *ROUND_LISTS))
+            or not all(pa.types.is_dictionary(ids.type.value_type) for ids in (doc_ids, chosen))):
+        return None
+    (doc_off, docs), (ch_off, ch_values) = unlist(doc_ids), unlist(chosen)
+    encoded = encoded_ids(docs)
+    chosen_map = pc.fill_null(pc.index_in(ch_values.dictionary, value_set=encoded.dictionary), -1)
+    (y_off, y), (m_off, m), (s_off, stop), (ry_off, ry) = (unlist(col(name)) for name in (
+        "doc_y", "doc_m", *ROUND_LISTS))
+    (yv, y_valid), (mv, _), (sv, _) = _values(y), _values(m), _values(stop)
+    y_absent, m_absent = nulls(col("doc_y")), nulls(col("doc_m"))
+    ry_any = ry.null_count < len(ry)
+    rv, ry_valid = _values(ry) if ry_any else (np.zeros(0), _NONE)
+    byte_off, data = _offsets(col("probs")), col("probs").buffers()[2]
+    p_bytes = np.frombuffer(data, np.uint8)[byte_off[0]:byte_off[-1]] if data is not None else np.zeros(0, np.uint8)
+    b, d, r = batch.num_rows, int(doc_off[-1]), int(ch_off[-1])
+    bad, full = np.empty(b, bool), np.empty(r, bool)
+    doc_y = per_document(yv, y_off, y_absent, doc_off, np.nan)
+    arrays = {"budget": np.empty(b), "n_docs": np.empty(b, np.int64), "n_rounds": np.empty(b, np.int64),
+              "first_support": np.zeros(d, np.int64), "chosen": np.empty(r, np.int64), "y": np.empty(r),
+              "p": np.empty(r), "full_support": full, "doc_y": doc_y,
+              "doc_m": per_document(mv, m_off, m_absent, doc_off, 0.0),
+              "stop": sv if np.array_equal(s_off, ch_off) else np.full(r, np.nan)}  # else a suspect row
+    compiled_checks.check_flat(
+        np.asarray(col("budget").to_numpy(), np.int64), doc_off,
+        np.asarray(pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False), np.int32),
+        len(encoded.dictionary), pc.index(encoded.dictionary, "").as_py(), doc_y, y_off, yv, y_valid, y_absent, m_off,
+        mv, m_absent, ch_off, np.asarray(pc.fill_null(ch_values.indices, -1).to_numpy(zero_copy_only=False), np.int32),
+        np.asarray(chosen_map.to_numpy(), np.int32), s_off, sv, ry_off, rv, ry_valid, ry_any, byte_off - byte_off[0],
+        p_bytes, PROB_SUM_TOLERANCE - PROB_SUM_MARGIN, Y_TOLERANCE, bad, arrays["budget"], arrays["n_docs"],
+        arrays["n_rounds"], arrays["first_support"], arrays["chosen"], arrays["y"], arrays["p"], full)
+    strings, ids, tasks = check_strings(batch)
+    return bad | strings, arrays, ids, tasks
+
+
 def check_flat_batch(batch: pa.RecordBatch) -> Checked:
     """:func:`~draligned.cess.parquet_batch.check_batch` for a flat batch: a row with a badly shaped list
     is suspect, and the rest are checked as nested arrays (the arrays are then of those rows only: the
-    load fails on the suspect row, so they are never used)."""
+    load fails on the suspect row, so they are never used). One compiled pass where it applies
+    (:func:`_compiled_check`)."""
+    if (checked := _compiled_check(batch)) is not None:
+        return checked
     faults = _shape_faults(batch)
     if not faults.any():
         return check_batch(nested_batch(batch))

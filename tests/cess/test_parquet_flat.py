@@ -1,5 +1,8 @@
 """The flat Parquet layout `cess export` writes: the columns of the nested layout and of JSON Lines exactly,
-every rule checked, errors naming row and field (the record's field, or the flat column for a list length)."""
+every rule checked, errors naming row and field (the record's field, or the flat column for a list length).
+
+Every test that takes the ``checks`` fixture runs over both checks of a ``flat-2`` batch: the compiled pass and
+numpy's."""
 
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from draligned.cess import parquet, parquet_lines
+from draligned.cess import parquet, parquet_flat, parquet_lines
 from draligned.cess.columns import TrajectoryColumns
 from draligned.cess.fastload import load_columns
 from draligned.cess.heap import keep_freed_memory
@@ -26,10 +29,13 @@ from draligned.cess.parquet import load_parquet, write_nested_parquet, write_par
 from draligned.cess.parquet_flat import FLAT_BINARY, FLAT_BINARY_SCHEMA, FLAT_SCHEMA, LAYOUT_KEY
 from draligned.cess.trajectory import TrajectoryError, load_trajectories
 from draligned.cli import main
+from tests.cess.extensions import with_and_without
 from tests.cess.test_columns import varied_trajectory
 from tests.cess.test_parquet import ROW_CASES
 from tests.cess.test_trajectory import VALID
 
+checks = with_and_without(parquet_flat, "compiled_checks", "_kernels", "numpy", "checks")
+"""The checks of a flat-2 batch in this test: the compiled pass, or numpy's (as without the extension)."""
 FIELDS = ("budget", "doc_start", "doc_m", "doc_y", "first_support", "round_start", "chosen", "y", "p", "stop",
           "full_support")
 NULLABLE = pa.schema([pa.field(f.name, pa.list_(f.type.value_type) if pa.types.is_list(f.type) else f.type)
@@ -77,7 +83,7 @@ def _flat_file(path: Path, rows: list[dict[str, Any]], schema: pa.Schema = NULLA
     return path
 
 
-def test_flat_nested_and_json_lines_give_exactly_the_same_columns(tmp_path: Path) -> None:
+def test_flat_nested_and_json_lines_give_exactly_the_same_columns(tmp_path: Path, checks: str) -> None:
     rng = random.Random(3)
     records = [varied_trajectory(rng, i) for i in range(300)]
     jsonl, flat, nested = tmp_path / "t.jsonl", tmp_path / "t.parquet", tmp_path / "n.parquet"
@@ -98,7 +104,7 @@ def test_flat_nested_and_json_lines_give_exactly_the_same_columns(tmp_path: Path
 
 @pytest.mark.parametrize(("name", "mutate", "field", "message"), ROW_CASES, ids=[c[0] for c in ROW_CASES])
 def test_a_bad_flat_row_is_named_by_row_trajectory_and_field(
-        tmp_path: Path, name: str, mutate: Callable[[dict], None], field: str, message: str) -> None:
+        tmp_path: Path, name: str, mutate: Callable[[dict], None], field: str, message: str, checks: str) -> None:
     rng = random.Random(8)
     good = [varied_trajectory(rng, i) for i in range(30)]
     bad = copy.deepcopy(VALID) | {"trajectory_id": "bad"}
@@ -159,13 +165,66 @@ BINARY_SHAPES = [
 
 
 @pytest.mark.parametrize(("probs", "message"), BINARY_SHAPES, ids=["odd bytes", "7 values", "null"])
-def test_flat_2_probabilities_of_the_wrong_size_are_named(tmp_path: Path, probs: bytes | None, message: str) -> None:
+def test_flat_2_probabilities_of_the_wrong_size_are_named(
+        tmp_path: Path, probs: bytes | None, message: str, checks: str) -> None:
     """A later batch of the same row group still reads its probabilities where they start (row 2 shifts them)."""
     rows = [binary_row(VALID | {"trajectory_id": f"t{i}"}) for i in range(5)]
     path = _flat_file(tmp_path / "t.parquet", [rows[0], rows[1] | {"probs": probs}, *rows[2:]], BINARY)
     with pytest.raises(TrajectoryError) as info:
         load_parquet(path)
     assert str(info.value) == f"row 2 (trajectory_id 't1'): probs: {message}"
+
+
+def _batches(path: Path) -> list[pa.RecordBatch]:
+    """A flat file's batches as the reader decodes them (the ids as dictionaries)."""
+    file = pq.ParquetFile(path, read_dictionary=parquet.DICTIONARIES)
+    return [b for g in range(file.num_row_groups) for b in file.read_row_group(g).to_batches()]
+
+
+def _scores_absent(record: dict[str, Any]) -> dict[str, Any]:
+    """The record with every score in the pool (no round's own): a file whose round scores are all NULL."""
+    record = copy.deepcopy(record)
+    pool, ids = record["pool"], record["pool"]["doc_ids"]
+    for r in record["rounds"]:
+        if "y" in r and pool.get("y") is not None:
+            pool["y"][ids.index(r["chosen"])] = r.pop("y")
+        r.pop("y", None)
+    if pool.get("y") is None or None in pool["y"]:
+        pool["y"] = [0.5 if v is None else v for v in pool.get("y") or [0.5] * len(ids)]
+    return record
+
+
+@pytest.mark.skipif(parquet_flat.compiled_checks is None, reason="the optional extension is not built")
+def test_the_compiled_check_flags_and_gathers_what_numpys_does(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same suspect rows, bad rows of every kind among varied good ones (pool scores unknown, absent lists,
+    zero probabilities; round scores some, all or none NULL), and the same arrays where no row is suspect."""
+    rng = random.Random(11)
+    good = [varied_trajectory(rng, i) for i in range(120)]
+    bad = []
+    for i, case in enumerate(BINARY_CASES):
+        record = copy.deepcopy(VALID) | {"trajectory_id": f"bad{i}"}
+        case[1](record)
+        bad.append(record)
+    files = [[binary_row(r) for r in good], [binary_row(_scores_absent(r)) for r in good],
+             [binary_row(r) for r in [*good, *bad]], [binary_row(_scores_absent(r)) for r in good[:40]] + [
+                 binary_row(r) for r in bad]]
+    flagged = 0
+    for k, rows in enumerate(files):
+        for batch in _batches(_flat_file(tmp_path / f"{k}.parquet", rows, BINARY, row_group_size=37)):
+            compiled = parquet_flat._compiled_check(batch)
+            assert compiled is not None  # the pass applies to these batches
+            with monkeypatch.context() as numpy_only:
+                numpy_only.setattr(parquet_flat, "compiled_checks", None)
+                expected = parquet_flat.check_flat_batch(batch)
+            np.testing.assert_array_equal(compiled[0], expected[0])
+            assert compiled[2] == expected[2]
+            flagged += int(expected[0].sum())
+            if not expected[0].any():  # (numpy's task ids are then of the well-shaped rows only)
+                assert compiled[3] == expected[3] and compiled[1].keys() == expected[1].keys()
+                for name, values in expected[1].items():
+                    assert compiled[1][name].dtype == values.dtype, name
+                    np.testing.assert_array_equal(compiled[1][name], values, err_msg=name)
+    assert flagged == 2 * len(bad)
 
 
 def test_an_earlier_bad_row_is_named_before_a_later_badly_shaped_one(tmp_path: Path) -> None:
