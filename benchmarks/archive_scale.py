@@ -25,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from machine import describe
+
 REPO = Path(__file__).resolve().parent.parent
 SIM = REPO / "evaluators/sim.toml"
 ARMS_PER_SEED = 20
@@ -131,7 +133,7 @@ def main() -> None:
         shutil.rmtree(report_dir(args.runs), ignore_errors=True)
         first = {"read_first_s": round(draligned("read", archive, "--evaluator", SIM), 2),
                  "report_first_s": round(draligned("report", archive, "--out", report_dir(args.runs)), 2)}
-    sizes = {"runs": args.runs, "files": files, "archive_mb": round(size / 2**20, 1), "cores": os.cpu_count()}
+    sizes = {"runs": args.runs, "files": files, "archive_mb": round(size / 2**20, 1)}
     scale: dict[str, object] = {}
     if not args.noop_only:
         verify_s, verify_cpu_s = min(timed("archive", "verify", archive) for _ in range(args.repeat))
@@ -142,7 +144,7 @@ def main() -> None:
             "verify_cpu_s": round(verify_cpu_s, 2), "verify_cpu_us_per_file": round(verify_cpu_s / files * 1e6, 1),
         }
         if args.only_verify:
-            print(json.dumps({**sizes, "load_avg_1m": round(os.getloadavg()[0], 2), **scale}, indent=1))
+            print(json.dumps({**sizes, "machine": describe(), **scale}, indent=1))
             return
         reindex = {n: round(best("archive", "reindex", a), 2) for n, a in stages.items()}
         smallest, largest = min(reindex), max(reindex)
@@ -160,7 +162,7 @@ def main() -> None:
                   for n, a in stages.items()}
     startup_s = best("--version")
     print(json.dumps({
-        **sizes, "load_avg_1m": {"start": load_at_start, "end": round(os.getloadavg()[0], 2)},
+        **sizes, "machine": describe(), "load_avg_1m_at_start": load_at_start,
         **scale,
         "read_noop_s": min(read_all[args.runs]), "read_target_s": f"<= 2 at {args.runs} runs",
         "report_noop_s": min(report_all[args.runs]), "report_target_s": f"<= 2 at {args.runs} runs",

@@ -17,6 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from machine import describe
+
 from draligned.demo import DemoStage, run_demo
 from draligned.runner import RunProgress
 
@@ -59,8 +61,7 @@ def main() -> None:
     else:
         with tempfile.TemporaryDirectory(prefix="bench-demo-") as tmp:
             figures = timed_demo(Path(tmp) / "demo")
-    print(json.dumps({**figures, "load_before": load_before, "load_after": os.getloadavg(),
-                      "cores": os.cpu_count()}, indent=1))
+    print(json.dumps({**figures, "load_before": load_before, "machine": describe()}, indent=1))
 
 
 if __name__ == "__main__":

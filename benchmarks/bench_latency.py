@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from cpu_all import live_cpu_s, proc_stat
+from machine import describe
 
 from draligned.models import ModelAPI
 from draligned.runner import Dispatch, Execute, RunOutcome, run_study
@@ -370,7 +371,7 @@ def main() -> None:
                          "running a small warm-up study first")
     args = ap.parse_args()
     server, base_url, shared = start_server(args.latency_ms / 1000)
-    print(json.dumps({"machine": f"{os.cpu_count()} cores", "load_avg_1m": os.getloadavg()[0]}))
+    print(json.dumps({"machine": describe()}))
     try:
         if not args.no_warmup:  # the process's one-time start: the SDK's import, the fork server's
             most = max(args.workers)

@@ -15,13 +15,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import resource
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from machine import describe
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -121,7 +122,7 @@ def main() -> None:
     if args.child:
         child(args.child, args.workers, args.max_model_calls)
         return
-    print(json.dumps({"machine": f"{os.cpu_count()} cores", "load_avg_1m": os.getloadavg()[0]}), flush=True)
+    print(json.dumps({"machine": describe()}), flush=True)
     for runs in args.runs:
         subprocess.run([sys.executable, __file__, "--child", str(runs), "--workers", str(args.workers),
                         "--max-model-calls", str(args.max_model_calls)], check=True)

@@ -20,6 +20,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from machine import describe
+
 
 def _cpu(step: Callable[[], object]) -> float:
     start = time.process_time()
@@ -62,8 +64,7 @@ def main() -> None:
             demo = Path(tmp) / "demo"
             run_demo(demo, lambda event: None)
         figures = measure(demo, args.reps)
-    print(json.dumps({**figures, "load_before": load_before, "load_after": os.getloadavg(),
-                      "cores": os.cpu_count()}, indent=1))
+    print(json.dumps({**figures, "load_before": load_before, "machine": describe()}, indent=1))
 
 
 if __name__ == "__main__":

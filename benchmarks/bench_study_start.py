@@ -29,6 +29,7 @@ from pathlib import Path
 
 from bench_latency import _workers, start_server, study_file
 from bench_memory import study_file as memory_study
+from machine import describe
 
 from draligned.runner import run_study
 from draligned.study import load_study
@@ -87,7 +88,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--repeat", type=int, default=10, help="studies run in one process for study_in_process")
     args = ap.parse_args()
-    print(json.dumps({"machine": f"{os.cpu_count()} cores", "load_avg_1m": round(os.getloadavg()[0], 2)}))
+    print(json.dumps({"machine": describe()}))
     with tempfile.TemporaryDirectory() as tmp:
         show(cli_run(Path(tmp) / "cli"))
         show(study_in_process(Path(tmp) / "warm", args.repeat))

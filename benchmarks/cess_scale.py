@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import subprocess
 import sys
@@ -47,6 +46,7 @@ from typing import Any
 import numpy as np
 import orjson
 import pyarrow.parquet as pq
+from machine import describe
 
 from draligned.cess.column_estimators import estimate_columns
 from draligned.cess.columns import NEVER, ColumnBuilder, TrajectoryColumns
@@ -275,11 +275,6 @@ def _layout(parquet: Path) -> str:
     return (pq.read_metadata(parquet).metadata or {}).get(LAYOUT_KEY, b"nested").decode()
 
 
-def _machine() -> dict[str, object]:
-    return {"cpus": os.cpu_count(), "load_average": os.getloadavg(), "python": platform.python_version(),
-            "processor": platform.processor() or platform.machine()}
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--trajectories", type=int, default=1_000_000, help="how many (10^6)")
@@ -294,7 +289,7 @@ def main() -> None:
         print(json.dumps({"trajectories": args.trajectories, "docs": N_DOCS, "budget": BUDGET,
                           "estimators_in_memory": _estimators(cols),
                           "cluster_bootstrap_10000x200": {"seconds": round(_bootstrap(), 3), "target_seconds": 2.0},
-                          "machine": _machine()}, indent=2))
+                          "machine": describe()}, indent=2))
         return
     with tempfile.TemporaryDirectory(prefix="cess-scale-") as tmp_name:
         tmp = args.dir or Path(tmp_name)
@@ -331,7 +326,7 @@ def main() -> None:
             report["cluster_bootstrap_10000x200"] = {"seconds": round(_bootstrap(), 3), "target_seconds": 2.0}
         if "baseline" in args.only:
             report["before_per_trajectory_path"] = _baseline(jsonl, args.baseline, args.trajectories, tmp)
-        report["machine"] = _machine()
+        report["machine"] = describe()
     print(json.dumps(report, indent=2))
 
 

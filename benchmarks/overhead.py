@@ -31,7 +31,6 @@ import cProfile
 import json
 import multiprocessing
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -41,6 +40,8 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
+
+from machine import describe
 
 from draligned.models import ModelAPI
 from draligned.models.base import PROTOCOLS
@@ -294,8 +295,7 @@ def main() -> None:
     out: dict[str, Any] = {
         "workload": f"{args.runs} runs x {CALLS_PER_RUN} model calls and 4 tool calls, H00, full archiving, "
                     f"{CONCURRENCY} runs in flight, {args.reps} repetitions alternating the systems",
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-                   f"load average {os.getloadavg()[0]:.2f} at the end",
+        "machine": describe(),
         "ms_per_call": "harness wall time per model call: first model request to last model reply, / (calls - 1)",
         "cpu_ms_per_call": "the harness process's CPU time from the first run's start to the last run's end "
                            "(inspect: first to last model call), / (calls - 1): what a loaded machine inflates least"}

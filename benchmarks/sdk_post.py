@@ -17,12 +17,11 @@ import argparse
 import asyncio
 import json
 import multiprocessing
-import os
-import platform
 import statistics
 import time
 from typing import Any
 
+from machine import describe
 from overhead import serve_chat
 
 from draligned.models import ModelDeclaration, get_model
@@ -70,8 +69,7 @@ def main() -> None:
     out: dict[str, Any] = {
         "workload": f"{args.posts} requests of {len(json.dumps(BODY))} bytes per protocol and transport, "
                     f"{CONCURRENCY} in flight, loopback server in another process, {args.reps} repetitions",
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-                   f"load average {os.getloadavg()[0]:.2f} at the end",
+        "machine": describe(),
         "cpu_ms_per_request": "the harness process's CPU time per request through RemoteModel.post (SDK + transport)"}
     for protocol in PROTOCOLS:
         row = {client: {"best": round(min(figures[protocol, client]), 3),
