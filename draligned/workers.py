@@ -70,6 +70,9 @@ from draligned.tools.pool_search import StudySearch
 
 LINE_LIMIT = 1 << 22
 """Longest message line (a slot, a run's outcome with its status reason)."""
+LINE_DRAIN_S = 5.0
+"""How long the parent reads the lines of workers that ended (their last messages: a refusal, an error) before
+it decides how the study ended; bounded in case a process a worker started still holds its end open."""
 
 
 class WorkerFailed(RuntimeError):
@@ -166,10 +169,13 @@ async def _serve(study: Study, models: dict[str, ModelAPI], dispatch: Dispatch, 
     refusals: list[str] = []  # a worker's refusal of its input: the error's message
     stopping = threading.Event()  # the study ended or was interrupted: no worker starts, none takes a slot
     sources = itertools.count(1)
+    lines: set[asyncio.Task[Any]] = set()  # each worker's line being served: read to its end before the verdict
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         source, waiting = next(sources), set()
         writers[source] = writer
+        if (this := asyncio.current_task()) is not None:
+            lines.add(this)
 
         async def grant(rid: int, model: str) -> None:
             tell(source, {"id": rid, **await lenders[model].grant(source)})
@@ -196,8 +202,10 @@ async def _serve(study: Study, models: dict[str, ModelAPI], dispatch: Dispatch, 
                     await lenders[msg["model"]].report(msg["outcome"], msg["n"])
                 elif op == "error":
                     errors.append(msg["message"])
+                    stopping.set()  # no more workers start: they would fail the same way
                 elif op == "refused":
                     refusals.append(msg["message"])
+                    stopping.set()
         finally:  # a worker that ended or died holds no place in any limit
             for task in waiting:
                 task.cancel()
@@ -237,6 +245,8 @@ async def _serve(study: Study, models: dict[str, ModelAPI], dispatch: Dispatch, 
                 proc.terminate()
         for proc in started:
             await asyncio.to_thread(proc.join)
+        if lines:  # every worker has ended, so each line is at its end: read what it still holds
+            await asyncio.wait(lines, timeout=LINE_DRAIN_S)
         server.close()
         shutil.rmtree(tmp, ignore_errors=True)
     if errors:

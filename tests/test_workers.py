@@ -393,23 +393,31 @@ def test_an_interrupt_while_the_workers_start_starts_no_more_of_them_and_gives_o
 def test_workers_that_refuse_their_input_stop_the_study_with_its_error_and_a_rerun_resumes(tmp_path, monkeypatch,
                                                                                               capsys):
     """The key is gone by the time the two workers start (the parent had it when it checked its models): each
-    worker refuses, the study ends with that refusal as its error (exit 2, the message naming the model and
-    the variable, as the parent's own check would), no request was sent and no run finished; run again with
-    the key, every slot finishes."""
+    worker that starts refuses and exits 2 (a refusal stops the starts still to come), the study ends with that
+    refusal as its error (exit 2, the message naming the model and the variable, as the parent's own check
+    would), no request was sent and no run finished; run again with the key, every slot finishes."""
+    from multiprocessing.context import ForkServerProcess
+
     import draligned.workers as workers
 
     monkeypatch.setenv("GONE_KEY", "sk-gone")
-    start_workers = workers.fork_server
+    start_workers, join, exit_codes = workers.fork_server, ForkServerProcess.join, []
 
     def key_gone_then_start(study: Any) -> Any:
         monkeypatch.delenv("GONE_KEY")
         return start_workers(study)
 
+    def join_and_note(proc: ForkServerProcess, timeout: float | None = None) -> None:
+        join(proc, timeout)
+        exit_codes.append(proc.exitcode)
+
     with CountingServer() as server:
         study = openai_study(tmp_path / "gone.toml", 2, 2, server.base_url, "GONE_KEY")
         with monkeypatch.context() as held:
             held.setattr(workers, "fork_server", key_gone_then_start)
+            held.setattr(ForkServerProcess, "join", join_and_note)
             assert main(["run", str(study), "--workers", "2"]) == 2
+        assert exit_codes and set(exit_codes) == {2}  # each worker that started refused: no traceback, no crash
         out = capsys.readouterr().err
         assert "error: model 'm'" in out and "GONE_KEY (api_key_env) is not set" in out
         assert "in a worker process" in out and "Traceback" not in out
