@@ -26,6 +26,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <new>
 #include <string_view>
 #include <vector>
 
@@ -130,8 +131,12 @@ struct Buffer {  // a read-only C-contiguous 1-d buffer of n items of one size
     if (*code == '@' || *code == '=' || *code == '<') code++;  // native (or little-endian) order
     if (code[0] == '\0' || code[1] != '\0' || !std::strchr(kinds, code[0]) || view.itemsize != itemsize ||
         (n >= 0 && view.len != itemsize * n)) {
-      PyErr_Format(PyExc_ValueError, "%s: expected %zd items of type '%s' (%zd bytes), got format '%s'", what, n,
-                   kinds, itemsize, view.format ? view.format : "B");
+      if (n >= 0)
+        PyErr_Format(PyExc_ValueError, "%s: expected %zd items of type '%s' (%zd bytes), got %zd of format '%s'", what,
+                     n, kinds, itemsize, view.len / std::max<Py_ssize_t>(view.itemsize, 1), view.format ? view.format : "B");
+      else
+        PyErr_Format(PyExc_ValueError, "%s: expected items of type '%s' (%zd bytes), got format '%s'", what, kinds,
+                     itemsize, view.format ? view.format : "B");
       return false;
     }
     return true;
@@ -369,10 +374,20 @@ PyObject *check_flat(PyObject *, PyObject *args) {
       !score.take(outs[6], "d", 8, r, "y", true) || !p.take(outs[7], "d", 8, r, "p", true) ||
       !full.take(outs[8], "?", 1, r, "full_support", true))
     return nullptr;
+  // Allocated while the GIL is held, so that running out of memory raises MemoryError (a bad_alloc thrown with
+  // the GIL released would end the process).
+  std::vector<int64_t> stamp, where;  // the row that last held a code, and its first place there
+  std::vector<double> probs;          // one round's probabilities, of the widest row
+  try {
+    stamp.assign(size_t(std::max<Py_ssize_t>(n_codes, 0)), -1);
+    where.resize(stamp.size());
+    int64_t widest = 0;
+    for (Py_ssize_t i = 0; i < b; i++) widest = std::max(widest, doc_off.data<int64_t>()[i + 1] - doc_off.data<int64_t>()[i]);
+    probs.resize(size_t(widest));
+  } catch (const std::bad_alloc &) {
+    return PyErr_NoMemory();
+  }
   Py_BEGIN_ALLOW_THREADS
-  std::vector<int64_t> stamp(size_t(std::max<Py_ssize_t>(n_codes, 0)), -1);  // the row that last held a code
-  std::vector<int64_t> where(stamp.size());                                   // and its first place there
-  std::vector<double> probs;
   const int64_t *const budgets = budget.data<int64_t>(), *const doff = doc_off.data<int64_t>();
   const int64_t *const yoff = y_off.data<int64_t>(), *const moff = m_off.data<int64_t>();
   const int64_t *const coff = ch_off.data<int64_t>(), *const soff = s_off.data<int64_t>();
@@ -406,7 +421,6 @@ PyObject *check_flat(PyObject *, PyObject *args) {
     for (int64_t k = y0; k < yoff[i + 1]; k++) suspect |= there(y_valid, k) && !((y[k] >= -1) & (y[k] <= 1));
     for (int64_t k = m0; k < moff[i + 1]; k++) suspect |= !std::isfinite(m[k]);
     bool varying = false, all_chosen = true;
-    probs.resize(size_t(n));
     for (int64_t k = 0; k < t; k++) {
       const int64_t at = r0 + k;
       if (!shaped) {

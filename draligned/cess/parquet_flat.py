@@ -16,8 +16,9 @@ adds (each round list has T entries, ``probs`` T × N), rebuilds the nested arra
 :func:`~draligned.cess.parquet_batch.check_batch`; :func:`flat_record` turns a suspect row back into
 the JSON record for the full validator, so errors name the row and the record's field (or the flat
 column, for a length only this layout has). With the optional extension, a ``flat-2`` batch is checked in one
-compiled pass over its rows (``_kernels.check_flat``: the same rules, the same suspect rows and arrays) instead
-of numpy's thirty-odd passes over its arrays.
+compiled pass over its rows (``_kernels.check_flat``: the same rules and the same suspect rows; the same
+arrays too where no row is badly shaped, and where one is the load fails on it) instead of numpy's thirty-odd
+passes over its arrays.
 """
 
 from __future__ import annotations
@@ -168,9 +169,10 @@ _NONE = np.zeros(0, bool)
 
 def _compiled_check(batch: pa.RecordBatch) -> Checked | None:
     """:func:`check_flat_batch` in one compiled pass (``_kernels.check_flat``), or None where the pass does not
-    apply: without the extension, for ``flat-1``, and where a list it needs is NULL (round lists, document or
-    chosen ids, probabilities: another writer's file) or a budget is. Its arrays hold every row (a suspect
-    row's entries are never used)."""
+    apply: without the extension, for ``flat-1``, where a list it needs is NULL (round lists, document or
+    chosen ids, probabilities: another writer's file) or a budget is, and where the ids were not read as
+    dictionaries (``cess export`` writes them so; a reader that does not ask for them gets plain strings).
+    Its arrays hold every row (a suspect row's entries are never used)."""
     col = batch.column
     doc_ids, chosen = col("doc_ids"), col("chosen")
     if (compiled_checks is None or not _binary(col("probs")) or col("budget").null_count
@@ -210,7 +212,7 @@ def _compiled_check(batch: pa.RecordBatch) -> Checked | None:
 
 def check_flat_batch(batch: pa.RecordBatch) -> Checked:
     """:func:`~draligned.cess.parquet_batch.check_batch` for a flat batch: a row with a badly shaped list
-    is suspect, and the rest are checked as nested arrays (the arrays are then of those rows only: the
+    is suspect, and the rest are checked as nested arrays (numpy's arrays are then of those rows only: the
     load fails on the suspect row, so they are never used). One compiled pass where it applies
     (:func:`_compiled_check`)."""
     if (checked := _compiled_check(batch)) is not None:

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from draligned.cess import parquet, parquet_flat, parquet_lines
+from draligned.cess import parquet, parquet_batch, parquet_flat, parquet_lines
 from draligned.cess.columns import TrajectoryColumns
 from draligned.cess.fastload import load_columns
 from draligned.cess.heap import keep_freed_memory
@@ -34,8 +34,10 @@ from tests.cess.test_columns import varied_trajectory
 from tests.cess.test_parquet import ROW_CASES
 from tests.cess.test_trajectory import VALID
 
-checks = with_and_without(parquet_flat, "compiled_checks", "_kernels", "numpy", "checks")
-"""The checks of a flat-2 batch in this test: the compiled pass, or numpy's (as without the extension)."""
+checks = with_and_without(parquet_flat, "compiled_checks", "_kernels", "numpy", "checks",
+                          also=((parquet_batch, "compiled_sums"),))
+"""The checks of a flat-2 batch in this test: the compiled pass, or numpy's with numpy's probability sums (as
+without the extension)."""
 FIELDS = ("budget", "doc_start", "doc_m", "doc_y", "first_support", "round_start", "chosen", "y", "p", "stop",
           "full_support")
 NULLABLE = pa.schema([pa.field(f.name, pa.list_(f.type.value_type) if pa.types.is_list(f.type) else f.type)
