@@ -205,6 +205,12 @@ class Archive:
         if self._commit is not None:
             await asyncio.wrap_future(self._commit.barrier())
 
+    def put_file(self, path: Path, data: bytes) -> None:
+        """Write a file (never replaced) that names blobs put before it, such as an evaluator's packet or read:
+        under ``group_commit`` linked only once those blobs are durable, as a run record is; else
+        ``write_once``."""
+        self._write(path, data, record=True)
+
     def _write(self, path: Path, data: bytes, record: bool = False) -> None:
         if self._commit is None:
             write_once(path, data)

@@ -150,7 +150,7 @@ class ReadStore:
         """Store the prompt blob and the manifest (idempotent)."""
         self.archive.put_blob(prompt)
         name = f"{manifest.document.replace(':', '-')}.c{manifest.chunk}.r{manifest.read}.json"
-        write_once(self.root / "packets" / manifest.run_id / name, _dump(manifest))
+        self.archive.put_file(self.root / "packets" / manifest.run_id / name, _dump(manifest))
 
     def has_read(self, packet_id: str) -> bool:
         return (self.root / "reads" / f"{packet_id}.json").exists()
@@ -169,8 +169,8 @@ class ReadStore:
 
     def put_read(self, record: ReadRecord) -> None:
         drop = TRANSPORT_FIELDS if record.transport == "sync" else frozenset()
-        write_once(self.root / "reads" / f"{record.packet_id}.json",
-                   _dump(record.model_dump(mode="json", exclude=set(drop))))
+        self.archive.put_file(self.root / "reads" / f"{record.packet_id}.json",
+                              _dump(record.model_dump(mode="json", exclude=set(drop))))
 
     def _batch_path(self, batch_id: str, suffix: str = "") -> Path:
         return self.root / "batches" / f"{_safe(batch_id)}{suffix}.json"
