@@ -15,6 +15,7 @@ import duckdb
 import pytest
 
 from draligned.archive import Archive, ArchiveError
+from draligned.archive.index import bulk_insert
 from draligned.archive.store import indented_json, record_bytes, sealed_record_bytes, write_once
 from draligned.archive.tables import record_batches
 from draligned.cli import main
@@ -34,6 +35,22 @@ def small_archive(tmp_path_factory):
     result = run(study)
     assert result.statuses["completed"] == 2
     return study, result.archive
+
+
+def test_bulk_insert_keeps_every_value_the_json_line_writer_is_given(tmp_path):
+    """Rows go to DuckDB as JSON lines (orjson's, json's for what orjson would change or refuses): NaN and
+    infinities stay themselves (orjson alone would write null), an int beyond 64 bits, non-ASCII text and
+    NULLs arrive as they were."""
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t (n INTEGER, x DOUBLE, big HUGEINT, s TEXT, tags TEXT[])")
+    rows = [(1, float("nan"), 1, "é\u2028\x01", ["a"]), (2, float("-inf"), 2 ** 70, None, []),
+            (3, 0.1, -5, "plain", None), (4, 1e-05, 0, "", ["", "β"])]
+    bulk_insert(con, "t", rows, tmp_path, [("n", "INTEGER"), ("x", "DOUBLE"), ("big", "HUGEINT"), ("s", "TEXT"),
+                                         ("tags", "TEXT[]")])
+    got = con.execute("SELECT n, isnan(x), x, big, s, tags FROM t ORDER BY n").fetchall()
+    assert got[0][:2] == (1, True) and got[0][3:] == (1, "é\u2028\x01", ["a"])
+    assert got[1][1:] == (False, float("-inf"), 2 ** 70, None, [])
+    assert got[2][1:] == (False, 0.1, -5, "plain", None) and got[3][1:] == (False, 1e-05, 0, "", ["", "β"])
 
 
 def test_write_once_never_replaces_different_bytes(tmp_path):

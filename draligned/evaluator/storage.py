@@ -21,7 +21,6 @@ evaluator's directory, so a second evaluator can re-read an archive without chan
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from pathlib import Path
@@ -29,7 +28,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from draligned.archive.store import Archive, ArchiveError, write_once
+from draligned.archive.store import Archive, ArchiveError, indented_json, write_once
 from draligned.archive.verify import blob_referencing_problems, read_file
 from draligned.evaluator.ingest import ExtractedItem, RequestLabel
 from draligned.evaluator.packets import Manifest
@@ -116,8 +115,10 @@ def _safe(batch_id: str) -> str:
 
 
 def _dump(model: BaseModel | dict[str, Any]) -> bytes:
+    """A file's bytes: indented JSON with sorted keys and a newline (``indented_json``: json.dumps's characters,
+    without its pure-Python encoder; every packet and read is written through here)."""
     data = model.model_dump(mode="json") if isinstance(model, BaseModel) else model
-    return (json.dumps(data, indent=1, sort_keys=True, ensure_ascii=False) + "\n").encode()
+    return (indented_json(data) + "\n").encode()
 
 
 class ReadStore:
@@ -149,7 +150,7 @@ class ReadStore:
         """Store the prompt blob and the manifest (idempotent)."""
         self.archive.put_blob(prompt)
         name = f"{manifest.document.replace(':', '-')}.c{manifest.chunk}.r{manifest.read}.json"
-        write_once(self.root / "packets" / manifest.run_id / name, _dump(manifest))
+        self.archive.put_file(self.root / "packets" / manifest.run_id / name, _dump(manifest))
 
     def has_read(self, packet_id: str) -> bool:
         return (self.root / "reads" / f"{packet_id}.json").exists()
@@ -168,8 +169,8 @@ class ReadStore:
 
     def put_read(self, record: ReadRecord) -> None:
         drop = TRANSPORT_FIELDS if record.transport == "sync" else frozenset()
-        write_once(self.root / "reads" / f"{record.packet_id}.json",
-                   _dump(record.model_dump(mode="json", exclude=set(drop))))
+        self.archive.put_file(self.root / "reads" / f"{record.packet_id}.json",
+                              _dump(record.model_dump(mode="json", exclude=set(drop))))
 
     def _batch_path(self, batch_id: str, suffix: str = "") -> Path:
         return self.root / "batches" / f"{_safe(batch_id)}{suffix}.json"
