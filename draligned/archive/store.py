@@ -31,7 +31,6 @@ from pydantic import ValidationError
 from draligned.archive.commit import GroupCommit
 from draligned.archive.errors import ArchiveError, refuse_overwrite
 from draligned.hashing import canonical_json, sha256_bytes
-from draligned.lru import LRU
 from draligned.records import RunRecord
 
 __all__ = ["Archive", "ArchiveError", "indented_json", "is_stale_temp", "record_bytes", "remove_stale_temp_files",
@@ -68,13 +67,6 @@ def write_once(path: Path, data: bytes) -> bool:
 
 KNOWN_BLOBS = 65536
 """Blob names a group commit remembers as queued (then it forgets them: a repeat is checked on disk)."""
-
-PARSED_RECORDS = 256
-"""Run record files kept parsed, by their bytes (a report reads every record four times and an index rebuild
-three; the demo's archives hold 240 and 160 record files). Bounded: an index rebuild of 20,000 runs must not
-keep them all."""
-
-_PARSED: LRU[bytes, RunRecord] = LRU(PARSED_RECORDS)
 
 STALE_TEMP_S = 300
 """A ``write_once`` temp file older than this was left by a killed writer (a live write takes far less)."""
@@ -323,21 +315,12 @@ class Archive:
 
     @staticmethod
     def load_record(path: Path) -> RunRecord:
-        """Parse a run record file (no hash check; see ``verify``); ArchiveError naming it if unreadable.
-
-        Files of the same bytes give the same record object (the most recent :data:`PARSED_RECORDS` are kept
-        parsed; looking one up costs a read, parsing it again about 15 times that): a loaded record is read,
-        never changed."""
-        data = path.read_bytes()
-        if (record := _PARSED.get(data)) is not None:
-            return record
+        """Parse a run record file (no hash check; see ``verify``); ArchiveError naming it if unreadable."""
         try:
-            record = RunRecord.model_validate_json(data)
+            return RunRecord.model_validate_json(path.read_bytes())
         except ValidationError as exc:
             raise ArchiveError(f"{path}: unreadable run record ({exc.errors()[0]['msg']}); "
                                f"run 'draligned archive verify' on the archive") from None
-        _PARSED.put(data, record)
-        return record
 
     def records(self) -> list[RunRecord]:
         """All final run records."""
