@@ -87,6 +87,29 @@ def test_group_commit_writes_once_and_reports_a_refused_write_at_durable(tmp_pat
     assert not list(tmp_path.glob("blobs/*/.tmp-*"))
 
 
+def test_the_writer_stops_at_its_first_error_and_links_nothing_after_it(tmp_path):
+    """Fail-stop: once a write is refused, a later write raises at once and never lands, so no packet, read or
+    record queued after the failed batch can name a blob that went down with it (the archive remembers such
+    a blob as put and would not queue it again)."""
+    a = Archive(tmp_path)
+    damaged = a.blob_path(sha256_bytes(b"kept"))
+    damaged.parent.mkdir(parents=True)
+    damaged.write_bytes(b"other bytes")
+    later = tmp_path / "reads" / "e" / "reads" / "r.json"
+
+    async def read_run() -> None:
+        with a.group_commit():
+            sha = a.put_blob("kept")
+            with pytest.raises(ArchiveError, match="refusing to overwrite"):
+                await a.durable()
+            with pytest.raises(ArchiveError, match="refusing to overwrite"):
+                a.put_file(later, json.dumps({"names": sha}).encode())
+
+    with pytest.raises(ArchiveError, match="refusing to overwrite"):
+        asyncio.run(read_run())
+    assert not later.exists() and not list(tmp_path.glob("reads/**/.tmp-*"))
+
+
 def test_a_durable_wait_given_up_leaves_the_writer_committing(tmp_path):
     """A run cancelled while it waits for ``durable`` (Ctrl-C) gives its wait up; the writer thread goes on
     and makes what is queued after it durable (setting the given-up wait used to kill the thread silently)."""

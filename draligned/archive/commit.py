@@ -14,7 +14,10 @@ archive hands its writes to one thread instead. The thread takes everything queu
 A crash therefore leaves each file absent or complete, and a run is reported finished (the runner
 awaits :meth:`Archive.durable` first) only once its record and everything it names are on disk.
 Writing an existing name with other bytes raises ArchiveError with ``write_once``'s message, at the
-next ``durable``; readers of the archive see queued files through :meth:`GroupCommit.pending`.
+next ``durable``; readers of the archive see queued files through :meth:`GroupCommit.pending`. The writer
+stops at its first error (fail-stop): that batch and everything queued after it are never linked, and each
+later write raises the error at once. A batch that failed is gone as a whole, blobs included, so a later
+record or packet naming one of its blobs (not queued again: the archive remembers it as put) must not land.
 """
 
 from __future__ import annotations
@@ -62,7 +65,10 @@ class GroupCommit:
         self._thread.start()
 
     def write(self, path: str, data: bytes, record: bool = False) -> None:
-        """Queue ``data`` for ``path`` (never overwritten; identical bytes already there are fine)."""
+        """Queue ``data`` for ``path`` (never overwritten; identical bytes already there are fine); raises the
+        writer's error once it has stopped at one."""
+        if self._error is not None:
+            raise self._error
         self.pending[path] = data
         self._queue.put((path, data, record))
 
@@ -91,9 +97,10 @@ class GroupCommit:
                     break
             writes = [b for b in batch if isinstance(b, tuple)]
             try:
-                self._commit(writes)
+                if self._error is None:  # fail-stop: nothing is linked after the first error
+                    self._commit(writes)
             except (ArchiveError, OSError) as exc:
-                self._error = self._error or exc
+                self._error = exc
             finally:
                 for path, _, _ in writes:
                     self.pending.pop(path, None)

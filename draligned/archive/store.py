@@ -191,7 +191,10 @@ class Archive:
     @contextmanager
     def group_commit(self) -> Iterator[None]:
         """Within: writes go to a writer thread that makes them durable in batches (``await durable()``
-        before telling anyone a run has ended). On leaving, everything queued is made durable."""
+        before telling anyone a run has ended, or a read is counted). On leaving, everything queued is made
+        durable. Not re-entrant: an inner one would close the outer's writer."""
+        if self._commit is not None:
+            raise RuntimeError(f"{self.root}: a group commit is already open on this archive")
         self._commit, self._known = GroupCommit(self.root), set()
         try:
             yield

@@ -167,8 +167,10 @@ async def read_archive(archive: Archive, evaluator: Evaluator, phases: Iterable[
     """Build, store and read every packet not yet read by this evaluator, concurrently.
 
     The packets, reads and their blobs are written under the archive's group commit (many files per sync
-    on a writer thread, each read linked after the blobs it names; all durable on return): an fsync per
-    file cost a read of the demo's archive about 3,000 syncs."""
+    on a writer thread, each read linked after the blobs it names; a read is counted once it is durable,
+    and all are on return): an fsync per file cost a read of the demo's archive about 3,000 syncs. A
+    refused write (a file already there with other bytes) raises ArchiveError: for a packet before any
+    model call, for a read at once, with nothing written after it."""
     with archive.group_commit():
         return await _read_pending(archive, evaluator, phases, model)
 
@@ -178,6 +180,7 @@ async def _read_pending(archive: Archive, evaluator: Evaluator, phases: Iterable
     store, summary, todo = pending_reads(archive, evaluator, phases)
     if not todo:
         return summary
+    await archive.durable()  # the packets and their blobs: a refused one raises here, before any model call
     model = model or get_model(evaluator.declaration(), EVALUATOR_PROTOCOLS)
     sem = asyncio.Semaphore(evaluator.spec.concurrency)
 
@@ -188,6 +191,7 @@ async def _read_pending(archive: Archive, evaluator: Evaluator, phases: Iterable
             except Exception as exc:  # noqa: BLE001 - no response: leave unread, report
                 summary.model_errors.append(f"{p.manifest.packet_id[:12]}: {type(exc).__name__}: {exc}")
                 return
+        await archive.durable()  # counted once on disk; a refused write stops the read (ArchiveError)
         summary.count(rec)
 
     await asyncio.gather(*(guarded(p) for p in todo.values()))
