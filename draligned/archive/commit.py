@@ -1,4 +1,5 @@
-"""Group commit: a study run's archive writes made durable on a writer thread, many files per sync.
+"""Group commit: a study run's (or an evaluator read's) archive writes made durable on a writer thread, many
+files per sync.
 
 ``write_once`` costs a temp file, an fsync and a link per file, and a study's runs would pay it on
 the event loop, every fsync stalling every run in flight. Under :meth:`Archive.group_commit` the
@@ -7,8 +8,9 @@ archive hands its writes to one thread instead. The thread takes everything queu
 1. each new file's bytes go to a ``.tmp-*`` file beside it (as ``write_once``);
 2. one ``syncfs`` makes all their data durable;
 3. the blobs and other files are linked to their names (``os.link`` never clobbers), then, after a
-   second ``syncfs`` has made those names durable, the run records (``runs/``) are linked, so a
-   record is never durable before a blob it names;
+   second ``syncfs`` has made those names durable, the files that name blobs (run records, an
+   evaluator's packets and reads: ``Archive.put_file``) are linked, so none is durable before a blob
+   it names;
 4. a last ``syncfs`` makes the names durable and the batch's waiters are told.
 
 A crash therefore leaves each file absent or complete, and a run is reported finished (the runner
@@ -47,7 +49,7 @@ def sync_filesystem(fd: int) -> None:
 
 
 Write = tuple[str, bytes, bool]
-"""(path, bytes, is a run record: linked only after the files it names are durable)."""
+"""(path, bytes, names blobs (a run record, a packet, a read): linked only after the files it names are durable)."""
 
 
 class GroupCommit:

@@ -42,13 +42,18 @@ def bulk_insert(con: duckdb.DuckDBPyConnection, table: str, rows: Sequence[tuple
                 f"columns={spec})", [str(path)])
 
 
+_AS_JSON_DOES = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
+"""orjson refuses what json refuses (dates, dataclasses: it would write them as text); the row then goes to json,
+which raises as before."""
+
+
 def _json_line(row: dict[str, Any]) -> bytes:
     """One row as a line of JSON: orjson's (several times faster than json's), unless a value is a float NaN or
     infinity, which orjson would write as null but json writes as a token read_json keeps, or a value orjson
     refuses (an int beyond 64 bits)."""
     if all(map(_plain, row.values())):
         try:
-            return orjson.dumps(row) + b"\n"
+            return orjson.dumps(row, option=_AS_JSON_DOES) + b"\n"
         except TypeError:
             pass
     return (json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8")
