@@ -252,6 +252,24 @@ def test_read_verifies_blobs_before_anything_is_written(demo_run: DemoRun, tmp_p
     assert model.calls == 0 and not (copy.root / "reads" / "sim-fresh").exists()
 
 
+def test_a_read_whose_packet_file_is_there_with_other_bytes_stops_before_any_model_call(demo_run: DemoRun,
+                                                                                         tmp_path):
+    """The packets go to the archive's writer in batches; one refused (a file of its name with other bytes,
+    as a damaged packet or another read of the same evaluator leaves) stops the read when it waits for its
+    packets to be durable: no model call is paid for and no read is written."""
+    copy = Archive(demo_run.linked_copy(tmp_path / "archive"))
+    evaluator = _evaluator("sim-fresh")
+    packet = collect_packets(copy, evaluator, ["final"])[0]
+    taken = ReadStore(copy, "sim-fresh").packet_path(packet.manifest)
+    taken.parent.mkdir(parents=True)
+    taken.write_text("{}")
+    model = Counting()
+    with pytest.raises(ArchiveError, match="refusing to overwrite"):
+        asyncio.run(read_archive(copy, evaluator, ["final"], model=model))
+    assert model.calls == 0 and not (copy.root / "reads" / "sim-fresh" / "reads").exists()
+    assert taken.read_text() == "{}"
+
+
 def test_index_has_evaluator_tables(demo):
     archive, _ = demo
     con = duckdb.connect(str(archive.root / "index.duckdb"), read_only=True)

@@ -146,11 +146,15 @@ class ReadStore:
             raise ArchiveError(f"evaluator id {self.evaluator_id!r} already read this archive with a "
                                f"different configuration; use a new evaluator id ({exc})") from None
 
+    def packet_path(self, manifest: Manifest) -> Path:
+        """Where a packet's manifest is stored."""
+        name = f"{manifest.document.replace(':', '-')}.c{manifest.chunk}.r{manifest.read}.json"
+        return self.root / "packets" / manifest.run_id / name
+
     def put_packet(self, manifest: Manifest, prompt: str) -> None:
         """Store the prompt blob and the manifest (idempotent)."""
         self.archive.put_blob(prompt)
-        name = f"{manifest.document.replace(':', '-')}.c{manifest.chunk}.r{manifest.read}.json"
-        self.archive.put_file(self.root / "packets" / manifest.run_id / name, _dump(manifest))
+        self.archive.put_file(self.packet_path(manifest), _dump(manifest))
 
     def has_read(self, packet_id: str) -> bool:
         return (self.root / "reads" / f"{packet_id}.json").exists()
