@@ -28,6 +28,7 @@ from draligned.cess.heap import keep_freed_memory
 from draligned.cess.parquet import load_parquet, write_nested_parquet, write_parquet
 from draligned.cess.parquet_flat import FLAT_BINARY, FLAT_BINARY_SCHEMA, FLAT_SCHEMA, LAYOUT_KEY
 from draligned.cess.trajectory import TrajectoryError, load_trajectories
+from draligned.cess.trajectory_rules import PROB_SUM_MARGIN, PROB_SUM_TOLERANCE
 from draligned.cli import main
 from tests.cess.extensions import with_and_without
 from tests.cess.test_columns import varied_trajectory
@@ -199,9 +200,13 @@ def _scores_absent(record: dict[str, Any]) -> dict[str, Any]:
 @pytest.mark.skipif(parquet_flat.compiled_checks is None, reason="the optional extension is not built")
 def test_the_compiled_check_flags_and_gathers_what_numpys_does(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The same suspect rows, bad rows of every kind among varied good ones (pool scores unknown, absent lists,
-    zero probabilities; round scores some, all or none NULL), and the same arrays where no row is suspect."""
+    zero probabilities; round scores some, all or none NULL; sums within the tolerance but not its margin,
+    suspect but valid), and the same arrays wherever no row is badly shaped: the loader estimates a suspect
+    row the validator accepts from these arrays."""
     rng = random.Random(11)
     good = [varied_trajectory(rng, i) for i in range(120)]
+    for record in good[::15]:
+        record["rounds"][0]["probs"][0] += PROB_SUM_TOLERANCE - PROB_SUM_MARGIN / 2
     bad = []
     for i, case in enumerate(BINARY_CASES):
         record = copy.deepcopy(VALID) | {"trajectory_id": f"bad{i}"}
@@ -221,12 +226,13 @@ def test_the_compiled_check_flags_and_gathers_what_numpys_does(tmp_path: Path, m
             np.testing.assert_array_equal(compiled[0], expected[0])
             assert compiled[2] == expected[2]
             flagged += int(expected[0].sum())
-            if not expected[0].any():  # (numpy's task ids are then of the well-shaped rows only)
+            if not parquet_flat._shape_faults(batch).any():  # (else numpy's are of the well-shaped rows only)
                 assert compiled[3] == expected[3] and compiled[1].keys() == expected[1].keys()
                 for name, values in expected[1].items():
                     assert compiled[1][name].dtype == values.dtype, name
                     np.testing.assert_array_equal(compiled[1][name], values, err_msg=name)
-    assert flagged == 2 * len(bad)
+    near = range(0, len(good), 15)
+    assert flagged == 2 * len(bad) + 3 * len(near) + sum(i < 40 for i in near)  # the fourth file has good[:40]
 
 
 def test_an_earlier_bad_row_is_named_before_a_later_badly_shaped_one(tmp_path: Path) -> None:
