@@ -136,7 +136,7 @@ def check_batch(batch: pa.RecordBatch) -> Checked:
     n = np.diff(doc_off)
     owner_d = np.repeat(np.arange(b), n)
     encoded = encoded_ids(doc_values)
-    doc_codes = np.asarray(pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False), np.int32)
+    doc_codes = codes(encoded)
     empty = pc.index(encoded.dictionary, "").as_py()
     bad |= nulls(doc_ids) | (n == 0) | _any_per(owner_d, (doc_codes < 0) | (doc_codes == empty), b)
 
@@ -204,6 +204,11 @@ def check_strings(batch: pa.RecordBatch) -> tuple[np.ndarray, list[str], list[st
     bad = flag(pc.equal(ids, "")) | flag(pc.equal(tasks, ""))
     bad |= ~flag(pc.or_kleene(pc.is_null(ranking), pc.is_in(ranking, value_set=_RANKINGS)))
     return bad, ids.to_pylist(), _shared_strings(tasks)
+
+
+def codes(encoded: pa.DictionaryArray) -> np.ndarray:
+    """A dictionary array's codes as int32, -1 where it is NULL."""
+    return np.asarray(pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False), np.int32)
 
 
 def encoded_ids(values: pa.Array) -> pa.DictionaryArray:

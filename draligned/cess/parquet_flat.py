@@ -29,7 +29,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from draligned.cess.parquet_batch import Checked, check_batch, check_strings, encoded_ids, nulls, per_document, unlist
+from draligned.cess.parquet_batch import (
+    Checked,
+    check_batch,
+    check_strings,
+    codes,
+    encoded_ids,
+    nulls,
+    per_document,
+    unlist,
+)
 from draligned.cess.trajectory_rules import PROB_SUM_MARGIN, PROB_SUM_TOLERANCE, Y_TOLERANCE, TrajectoryError
 
 try:
@@ -115,16 +124,21 @@ def _probs_length(arr: pa.Array) -> np.ndarray:
     return np.where(size % FLOAT.itemsize == 0, size // FLOAT.itemsize, -1)
 
 
+def _probs_bytes(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """A binary ``probs`` column's byte offsets (from 0) and its bytes (a view of the column's buffer)."""
+    byte_off, data = _offsets(arr), arr.buffers()[2]
+    raw = np.frombuffer(data, np.uint8)[byte_off[0]:byte_off[-1]] if data is not None else np.zeros(0, np.uint8)
+    return byte_off - byte_off[0], raw
+
+
 def _probs_values(arr: pa.Array) -> tuple[np.ndarray, pa.Array]:
     """:func:`~draligned.cess.parquet_batch.unlist` of ``probs``: offsets in probabilities (from 0) and the
     float64 values (a view of a binary column's bytes, whose rows are well shaped)."""
     if not _binary(arr):
         return unlist(arr)
-    byte_off, data = _offsets(arr), arr.buffers()[2]
-    values = np.frombuffer(data, np.uint8)[byte_off[0]:byte_off[-1]].view(FLOAT) if data is not None else (
-        np.zeros(0, FLOAT))
-    values = np.require(values, requirements="A")  # a copy only after a value of odd length in the chunk
-    return (byte_off - byte_off[0]) // FLOAT.itemsize, pa.array(values)
+    byte_off, raw = _probs_bytes(arr)
+    values = np.require(raw.view(FLOAT), requirements="A")  # a copy only after a value of odd length in the chunk
+    return byte_off // FLOAT.itemsize, pa.array(values)
 
 
 def _shape_faults(batch: pa.RecordBatch) -> np.ndarray:
@@ -188,8 +202,7 @@ def _compiled_check(batch: pa.RecordBatch) -> Checked | None:
     y_absent, m_absent = nulls(col("doc_y")), nulls(col("doc_m"))
     ry_any = ry.null_count < len(ry)
     rv, ry_valid = _values(ry) if ry_any else (np.zeros(0), _NONE)
-    byte_off, data = _offsets(col("probs")), col("probs").buffers()[2]
-    p_bytes = np.frombuffer(data, np.uint8)[byte_off[0]:byte_off[-1]] if data is not None else np.zeros(0, np.uint8)
+    byte_off, p_bytes = _probs_bytes(col("probs"))
     b, d, r = batch.num_rows, int(doc_off[-1]), int(ch_off[-1])
     bad, full = np.empty(b, bool), np.empty(r, bool)
     doc_y = per_document(yv, y_off, y_absent, doc_off, np.nan)
@@ -200,12 +213,11 @@ def _compiled_check(batch: pa.RecordBatch) -> Checked | None:
               "stop": sv if np.array_equal(s_off, ch_off) else np.full(r, np.nan)}  # else a suspect row
     compiled_checks.check_flat(
         np.asarray(col("budget").to_numpy(), np.int64), doc_off,
-        np.asarray(pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False), np.int32),
-        len(encoded.dictionary), pc.index(encoded.dictionary, "").as_py(), doc_y, y_off, yv, y_valid, y_absent, m_off,
-        mv, m_absent, ch_off, np.asarray(pc.fill_null(ch_values.indices, -1).to_numpy(zero_copy_only=False), np.int32),
-        np.asarray(chosen_map.to_numpy(), np.int32), s_off, sv, ry_off, rv, ry_valid, ry_any, byte_off - byte_off[0],
-        p_bytes, PROB_SUM_TOLERANCE - PROB_SUM_MARGIN, Y_TOLERANCE, bad, arrays["budget"], arrays["n_docs"],
-        arrays["n_rounds"], arrays["first_support"], arrays["chosen"], arrays["y"], arrays["p"], full)
+        codes(encoded), len(encoded.dictionary), pc.index(encoded.dictionary, "").as_py(), doc_y, y_off, yv, y_valid,
+        y_absent, m_off, mv, m_absent, ch_off, codes(ch_values), np.asarray(chosen_map.to_numpy(), np.int32), s_off,
+        sv, ry_off, rv, ry_valid, ry_any, byte_off, p_bytes, PROB_SUM_TOLERANCE - PROB_SUM_MARGIN, Y_TOLERANCE, bad,
+        arrays["budget"], arrays["n_docs"], arrays["n_rounds"], arrays["first_support"], arrays["chosen"], arrays["y"],
+        arrays["p"], full)
     strings, ids, tasks = check_strings(batch)
     return bad | strings, arrays, ids, tasks
 
