@@ -33,8 +33,8 @@ from draligned.archive.errors import ArchiveError, refuse_overwrite
 from draligned.hashing import canonical_json, sha256_bytes
 from draligned.records import RunRecord
 
-__all__ = ["Archive", "ArchiveError", "indented_json", "is_stale_temp", "record_bytes", "remove_stale_temp_files",
-           "stale_temp_files", "write_once"]
+__all__ = ["Archive", "ArchiveError", "indented_json", "is_stale_temp", "json_file_bytes", "record_bytes",
+           "remove_stale_temp_files", "stale_temp_files", "write_once"]
 
 
 def write_once(path: Path, data: bytes) -> bool:
@@ -119,9 +119,15 @@ def remove_stale_temp_files(archive: Archive) -> list[Path]:
     return stale
 
 
+def json_file_bytes(obj: Any) -> bytes:
+    """The on-disk bytes of an archive's JSON file (a run record, a packet, a read): indented JSON with sorted
+    keys and a newline."""
+    return (indented_json(obj) + "\n").encode()
+
+
 def record_bytes(record: RunRecord) -> bytes:
-    """The on-disk bytes of a run record: indented JSON with sorted keys and a newline."""
-    return (indented_json(record.model_dump(mode="json")) + "\n").encode()
+    """The on-disk bytes of a run record."""
+    return json_file_bytes(record.model_dump(mode="json"))
 
 
 def sealed_record_bytes(record: RunRecord) -> tuple[RunRecord, bytes]:
@@ -129,7 +135,7 @@ def sealed_record_bytes(record: RunRecord) -> tuple[RunRecord, bytes]:
     every run writes a started marker and a final record. The bytes are those of
     ``record_bytes(record.sealed())``."""
     sealed, body = record.sealed_dump()
-    return sealed, (indented_json(body) + "\n").encode()
+    return sealed, json_file_bytes(body)
 
 
 def indented_json(obj: Any) -> str:
@@ -212,13 +218,10 @@ class Archive:
         """Write a file (never replaced) that names blobs put before it, such as an evaluator's packet or read:
         under ``group_commit`` linked only once those blobs are durable, as a run record is; else
         ``write_once``."""
-        self._write(path, data, record=True)
-
-    def _write(self, path: Path, data: bytes, record: bool = False) -> None:
         if self._commit is None:
             write_once(path, data)
         else:
-            self._commit.write(str(path), data, record)
+            self._commit.write(str(path), data, record=True)
 
     # ------------------------------------------------------------------ blobs
     def blob_path(self, sha: str) -> Path:
@@ -288,13 +291,13 @@ class Archive:
     def write_started(self, record: RunRecord) -> bytes:
         """Write the started marker of a run (status ``started``); returns the marker's bytes."""
         data = sealed_record_bytes(record)[1]
-        self._write(self.runs_dir / f"{record.run_id}.started.json", data, record=True)
+        self.put_file(self.runs_dir / f"{record.run_id}.started.json", data)
         return data
 
     def write_record(self, record: RunRecord) -> RunRecord:
         """Seal and write the final record of a run; returns the sealed record."""
         sealed, data = sealed_record_bytes(record)
-        self._write(self.runs_dir / f"{record.run_id}.json", data, record=True)
+        self.put_file(self.runs_dir / f"{record.run_id}.json", data)
         return sealed
 
     def run_names(self) -> tuple[list[str], list[str]]:

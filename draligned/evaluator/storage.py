@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from draligned.archive.store import Archive, ArchiveError, indented_json, write_once
+from draligned.archive.store import Archive, ArchiveError, json_file_bytes, write_once
 from draligned.archive.verify import blob_referencing_problems, read_file
 from draligned.evaluator.ingest import ExtractedItem, RequestLabel
 from draligned.evaluator.packets import Manifest
@@ -115,10 +115,8 @@ def _safe(batch_id: str) -> str:
 
 
 def _dump(model: BaseModel | dict[str, Any]) -> bytes:
-    """A file's bytes: indented JSON with sorted keys and a newline (``indented_json``: json.dumps's characters,
-    without its pure-Python encoder; every packet and read is written through here)."""
-    data = model.model_dump(mode="json") if isinstance(model, BaseModel) else model
-    return (indented_json(data) + "\n").encode()
+    """A file's bytes (every packet and read is written through here), as the archive writes its own."""
+    return json_file_bytes(model.model_dump(mode="json") if isinstance(model, BaseModel) else model)
 
 
 class ReadStore:
