@@ -75,3 +75,39 @@ def test_cards_schema_prints_and_writes_nothing_unasked(tmp_path: Path, capsys: 
     assert main(["cards", "schema"]) == 0
     assert capsys.readouterr().out == (REPO / "factor_cards" / "schema.json").read_text(encoding="utf-8")
     assert os.listdir(tmp_path) == []
+
+
+def test_output_piped_into_a_reader_that_stopped_is_quiet_exit_0() -> None:
+    read, write = os.pipe()
+    os.close(read)  # `draligned cards schema | head -c 0`: the reader is gone before the first write
+    try:
+        done = subprocess.run([sys.executable, "-m", "draligned.cli", "cards", "schema"], stdout=write,
+                              stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=60)
+    finally:
+        os.close(write)
+    assert (done.returncode, done.stderr) == (0, b"")
+
+
+def test_a_broken_pipe_inside_a_command_is_a_fault_not_exit_0(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    # A run whose sandbox or model server pipe broke once ended as `| head` does: exit 0, nothing said.
+    def broken(*args: object, **kwargs: object) -> None:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr("draligned.workflow.run_study", broken)
+    with pytest.raises(BrokenPipeError):
+        main(["run", str(write_study(tmp_path, ["travel_budget_en.json"]))])
+
+
+def test_reader_gone_tells_a_closed_pipe_from_an_open_one_and_a_file(tmp_path: Path) -> None:
+    from draligned.cli import reader_gone
+
+    read, write = os.pipe()
+    try:
+        assert not reader_gone(write)
+        os.close(read)
+        assert reader_gone(write)
+    finally:
+        os.close(write)
+    with open(tmp_path / "out", "wb") as out:
+        assert not reader_gone(out.fileno())

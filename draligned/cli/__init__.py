@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import select
 import sys
 from collections.abc import Iterable
 
@@ -85,6 +86,15 @@ def build_parser(commands: Iterable[str] | None = None) -> argparse.ArgumentPars
     return parser
 
 
+def reader_gone(fd: int) -> bool:
+    """Whether ``fd`` is the write end of a pipe that its reader has closed (poll reports POLLERR on it). Only
+    then is a BrokenPipeError the output's reader stopping early; one from any other pipe or socket the
+    command used (a sandbox's, a model server's) is a fault to report, never an exit code of 0."""
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    return any(events & select.POLLERR for _, events in poller.poll(0))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script; returns the process exit code."""
     argv = sys.argv[1:] if argv is None else argv
@@ -93,9 +103,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         code = args.func(args)
-    except BrokenPipeError:  # output piped into a reader that stopped early (e.g. `| head`)
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+    except BrokenPipeError:
+        if not reader_gone(sys.stdout.fileno()):  # a pipe inside the command broke: a fault, not `| head`
+            raise
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # output piped into a reader that
+        return 0  # stopped early (e.g. `| head`): what is left to print goes nowhere, quietly
     except Exception as exc:
         from draligned.guards import REFUSALS
 
