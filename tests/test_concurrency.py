@@ -172,14 +172,17 @@ def test_sigterm_interrupts_a_study_like_ctrl_c_with_exit_143_and_the_resume_hin
 
 def tell_workspace(said: Connection, hold: bool) -> None:
     """In a ``draligned run`` child: send the path of its first H-W workspace on ``said`` once it made it;
-    with ``hold``, then stand still (event loop blocked) until killed."""
+    with ``hold``, then stand still (event loop blocked) until killed. Only the first: the study's other runs
+    make theirs after the test has closed its end, and a send then broke the run with a BrokenPipeError."""
     import draligned.executors.hw as hw
 
     made = hw.new_workspace
 
     def new_workspace() -> Path:
         path = made()
-        said.send(str(path))
+        if not said.closed:
+            said.send(str(path))
+            said.close()
         if hold:
             threading.Event().wait()
         return path
