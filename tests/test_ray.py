@@ -1,15 +1,16 @@
 """Studies on a local two-node Ray cluster (issue 14), started once for the module: the study's cost cap and
 the stop after consecutive connection failures hold across the tasks, and a later run resumes; a run's
 retrying model call shows in the driver's progress; a slot whose worker dies on every try stays unfinished,
-its tries archived as interrupted attempts, until a rerun finishes it; one node is removed mid-study (last:
-the cluster keeps only its head), and the merged archive verifies, has the slots of a single-process run and
-exactly one finished run per slot."""
+its tries archived as interrupted attempts, until a rerun finishes it; a driver that fails ends its tasks;
+one node is removed mid-study (last: the cluster keeps only its head), and the merged archive verifies, has
+the slots of a single-process run and exactly one finished run per slot."""
 
 from __future__ import annotations
 
 import importlib.util
 import shutil
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -19,7 +20,7 @@ from typing import Any, NamedTuple
 import psutil
 import pytest
 
-from draligned.archive import Archive
+from draligned.archive import Archive, ArchiveError
 from draligned.cli import main
 from draligned.indexing import verify
 from draligned.records import FINISHED, ModelAttemptEvent
@@ -269,6 +270,45 @@ def test_a_slot_whose_worker_dies_on_every_try_stays_unfinished_until_a_rerun(tm
     finished = Archive(archive).records()
     assert [(r.attempt, r.status) for r in finished] == [(3, "completed")]
     assert len(Archive(archive).started()) == 3 and main(["archive", "verify", str(archive)]) == 0
+
+
+@pytest.mark.slow
+def test_a_driver_that_fails_stops_its_tasks_on_a_cluster_it_did_not_start(tmp_path: Path, cluster: RayCluster,
+                                                                           monkeypatch: pytest.MonkeyPatch):
+    """Ray was started by the caller (here the module), so the driver does not shut it down. When the driver
+    fails (its staging write of a run's started marker refused), it ends the tasks it has in flight: their runs
+    stop while their model replies are still held, instead of running on unseen. No process holds a scratch
+    shard's lock after (Ray's gentle cancel left a run's thread going in an idle worker), so the next task's
+    sweep removes them. A rerun resumes the study to one finished run per slot."""
+    from draligned.distributed import ray_run, ray_shard
+
+    staged = ray_run.write_once
+
+    def refuse_started_markers(path: Path, body: bytes) -> None:
+        if path.name.endswith(".started.json"):
+            raise ArchiveError(f"{path}: No space left on device")
+        staged(path, body)
+
+    nodes = (cluster.head_tmp, cluster.worker_tmp)
+    with provider() as url, held_replies(monkeypatch) as replies:
+        study = provider_study(tmp_path, "openai-chat", url, "m-x", arms='"all"', extra="concurrency = 2")
+        monkeypatch.setattr(ray_run, "write_once", refuse_started_markers)
+        with pytest.raises(ArchiveError, match="No space left on device"):
+            run_study_file(study, tmp_path / "ray", ray=cluster.address)
+        scratch = {p for t in nodes for p in t.glob(f"{ray_shard.SCRATCH_PREFIX}*")}
+        assert scratch  # the refused run's task had started
+        deadline = time.monotonic() + 30  # a guard against a hang, not a timing: the kill takes well under 1 s
+        while scratch and time.monotonic() < deadline:
+            for node in nodes:
+                ray_shard.remove_dead_scratch(node)  # only a shard whose task's process is gone
+            scratch = {p for p in scratch if p.exists()}
+            time.sleep(0.05)
+        assert scratch == set() and _running_slot_tasks() == [] and not replies.is_set()
+        monkeypatch.setattr(ray_run, "write_once", staged)
+        replies.set()
+        assert main(["run", str(study), "--archive", str(tmp_path / "ray"), "--ray", cluster.address]) == 0
+    assert set(_finished_per_slot(Archive(tmp_path / "ray")).values()) == {1}
+    assert verify(Archive(tmp_path / "ray")) == []
 
 
 @pytest.mark.slow

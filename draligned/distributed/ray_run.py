@@ -10,9 +10,11 @@ driver stages the files under ``ARCHIVE/.ray-shards/`` as they arrive, tells ``D
 merges the staged shards into the study's archive (draligned.shards.merge_locked). A try whose worker or node
 died is tried again (``MAX_RETRIES`` times) as the next attempt when its started marker had arrived, which
 stays archived as an interrupted run, as a killed local run's does: a lost node costs only its in-flight runs.
-A rerun first merges the shards a killed driver staged, then skips every finished slot. A named actor
-(draligned.distributed.ray_limits) admits at most ``max_connections`` runs of each model at once across the
-cluster (the driver gives each try's lease back when the try ended).
+A driver that fails or is interrupted ends the tasks it has in flight (killed with their workers, as on
+a lost node), also on a cluster it did not start. A rerun first merges the shards a killed driver staged,
+then skips every finished slot. A named actor (draligned.distributed.ray_limits) admits at most
+``max_connections`` runs of each model at once across the cluster (the driver gives each try's lease back
+when the try ended).
 Ray is imported only here (``pip install 'draligned[ray]'``).
 """
 
@@ -207,6 +209,8 @@ class _Try:
     attempt: int
     tries: int
     lease: str
+    stream: Any
+    """Its task's stream of events (an ObjectRefGenerator: what ``ray.cancel`` takes)."""
     started: bool = False
     """Its started marker reached the driver (it is archived, so the next try is the next attempt)."""
     ended: bool = False
@@ -245,35 +249,45 @@ async def _run_tasks(ray: Any, study: Study, dispatch: Dispatch) -> None:
     in_flight: dict[asyncio.Task[None], _Try] = {}
 
     def submit(slot: Slot, attempt: int, tries: int) -> None:
-        one = _Try(slot, attempt, tries, f"{token}-{next(numbers):06d}")
-        stream = task.remote(study, slot, attempt, limits, f"{token}/{slot.model}", limit[slot.model], one.lease)
-        in_flight[asyncio.ensure_future(_follow(stream, one, dispatch, fill))] = one
+        lease = f"{token}-{next(numbers):06d}"
+        one = _Try(slot, attempt, tries, lease,
+                   task.remote(study, slot, attempt, limits, f"{token}/{slot.model}", limit[slot.model], lease))
+        in_flight[asyncio.ensure_future(_follow(one.stream, one, dispatch, fill))] = one
 
     def fill() -> None:
         while (sum(not t.ended for t in in_flight.values()) < study.spec.concurrency
                and (got := dispatch.take()) is not None):
             submit(*got, tries=1)
 
-    fill()
-    while in_flight:
-        done, _ = await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
-        for fut in done:
-            one = in_flight.pop(fut)
-            limits.release.remote(f"{token}/{one.slot.model}", one.lease)  # also the lease of a dead worker
-            exc = fut.exception()
-            if exc is None:
-                continue
-            dispatch.forget_retrying(one.slot.slot_id)  # its retrying calls ended with it
-            if not isinstance(exc, ray.exceptions.RayError):
-                raise exc  # the driver's own failure (a refused staging write), not the task's
-            cause = getattr(exc, "cause", None) or exc
-            why = str(cause).strip().splitlines()[-1] if str(cause).strip() else type(cause).__name__
-            failed = f"its Ray task failed {one.tries} time(s), the last ({type(cause).__name__}): {why}"
-            if not isinstance(exc, ray.exceptions.RayTaskError) and one.tries <= MAX_RETRIES:
-                refused = dispatch.refusal(one.slot)  # a retry is a new start: the cap and the stop hold for it
-                if refused is None:
-                    submit(one.slot, one.attempt + one.started, one.tries + 1)
+    try:
+        fill()
+        while in_flight:
+            done, _ = await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
+            for fut in done:
+                exc = fut.exception()
+                if exc is not None and not isinstance(exc, ray.exceptions.RayError):
+                    raise exc  # the driver's own failure (a refused staging write), not the task's: all stop
+                one = in_flight.pop(fut)
+                limits.release.remote(f"{token}/{one.slot.model}", one.lease)  # also the lease of a dead worker
+                if exc is None:
                     continue
-                failed += f"; not tried again: {refused}"
-            dispatch.set_aside(one.slot.slot_id, failed)
-        fill()  # after a try that failed (a run that ended took its next slot in _follow)
+                dispatch.forget_retrying(one.slot.slot_id)  # its retrying calls ended with it
+                cause = getattr(exc, "cause", None) or exc
+                why = str(cause).strip().splitlines()[-1] if str(cause).strip() else type(cause).__name__
+                failed = f"its Ray task failed {one.tries} time(s), the last ({type(cause).__name__}): {why}"
+                if not isinstance(exc, ray.exceptions.RayTaskError) and one.tries <= MAX_RETRIES:
+                    refused = dispatch.refusal(one.slot)  # a retry is a new start: the cap and the stop hold for it
+                    if refused is None:
+                        submit(one.slot, one.attempt + one.started, one.tries + 1)
+                        continue
+                    failed += f"; not tried again: {refused}"
+                dispatch.set_aside(one.slot.slot_id, failed)
+            fill()  # after a try that failed (a run that ended took its next slot in _follow)
+    finally:  # the driver failed or was interrupted: its tasks end with it, also on a cluster it did not start
+        for fut, one in in_flight.items():
+            fut.cancel()
+            # Killed with its worker, as on a lost node (its started marker, if staged, keeps it as an
+            # interrupted attempt; the next task on the node removes its scratch shard). Not Ray's gentle
+            # cancel: that ends a generator task between its events but leaves its run's thread running on.
+            ray.cancel(one.stream, force=True)
+            limits.release.remote(f"{token}/{one.slot.model}", one.lease)
