@@ -61,7 +61,7 @@ def reset_peak() -> None:
 
 def child(runs: int, workers: int, max_model_calls: int) -> None:
     """One size in this process: run, then resume; print the peaks."""
-    import draligned.runner as runner
+    import draligned.indexing as indexing
     from draligned.runner import RunProgress, run_study
     from draligned.study import load_study
     from draligned.workers import in_workers
@@ -71,7 +71,7 @@ def child(runs: int, workers: int, max_model_calls: int) -> None:
 
     during: list[float] = []
     phases: dict[str, float] = {}  # the parent's peak per phase: runs, then its final index step
-    refresh = runner.refresh
+    refresh = indexing.refresh  # the runner imports it from draligned.indexing when the runs have ended
 
     def timed_refresh(archive: object, files: str | None = None) -> object:
         phases.setdefault("runs", rss_mb("VmHWM"))
@@ -82,7 +82,7 @@ def child(runs: int, workers: int, max_model_calls: int) -> None:
         phases.setdefault("final_reindex", rss_mb("VmHWM"))
         return path
 
-    runner.refresh = timed_refresh  # type: ignore[assignment]
+    indexing.refresh = timed_refresh  # type: ignore[assignment]
 
     def sample(event: RunProgress) -> None:  # the parent's resident memory every 100 ended runs
         if event.done % 100 == 0 and event.run is not None:
