@@ -21,18 +21,26 @@ OURS = ("draligned", "tests")
 
 
 def references(source: str) -> list[tuple[int, str, str]]:
-    """(line, module, name) for each name a script takes from one of OURS: ``from M import N`` gives N of M,
-    ``import M as A`` then ``A.N`` gives N of M (the benchmarks import no module of ours without a name)."""
+    """(line, module, name) for each name a script takes from one of OURS: ``from M import N`` gives N of M
+    (and ``N.X`` gives X of ``M.N`` when that is a module), ``import M.S as A`` gives S of M and ``A.X`` X of
+    M.S. The code a script hands to another interpreter as a string is read the same way."""
     tree = ast.parse(source)
     aliases: dict[str, str] = {}
     found: list[tuple[int, str, str]] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in OURS:
             found += [(node.lineno, node.module, a.name) for a in node.names]
+            aliases |= {a.asname or a.name: f"{node.module}.{a.name}" for a in node.names}
         elif isinstance(node, ast.Import):
             for a in node.names:
                 if a.name.split(".")[0] in OURS and a.asname:
+                    found.append((node.lineno, *a.name.rsplit(".", 1)))
                     aliases[a.asname] = a.name
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and "draligned" in node.value:
+            try:
+                found += references(node.value)
+            except SyntaxError:  # text, not code
+                pass
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases:
             found.append((node.lineno, aliases[node.value.id], node.attr))
@@ -40,8 +48,13 @@ def references(source: str) -> list[tuple[int, str, str]]:
 
 
 def missing(module: str, name: str) -> bool:
-    """Whether ``module`` has no attribute ``name`` and no submodule of that name."""
-    if hasattr(importlib.import_module(module), name):
+    """Whether ``module`` has no attribute ``name`` and no submodule of that name (False when ``module`` is
+    not a module: a class or function a script took by name, whose own name was checked)."""
+    try:
+        found = importlib.import_module(module)
+    except ModuleNotFoundError:
+        return False
+    if hasattr(found, name):
         return False
     try:
         importlib.import_module(f"{module}.{name}")
@@ -61,6 +74,10 @@ def test_every_name_a_benchmark_takes_from_draligned_exists(script: Path) -> Non
 
 
 def test_a_renamed_function_is_found() -> None:
-    source = "import draligned.runner as runner\nfrom draligned.indexing import refresh, nowhere\nrunner.refresh\n"
-    assert [(m, n) for _, m, n in references(source) if missing(m, n)] == [
+    source = ("import draligned.runner as runner\nimport draligned.gone as gone\n"
+              "from draligned.indexing import refresh, nowhere\nfrom draligned.cess import parquet\n"
+              "runner.refresh\nparquet.NoChecks\n"
+              "CODE = 'from draligned.cess import parquet_lines; parquet_lines._lost'\n")
+    assert sorted((m, n) for _, m, n in references(source) if missing(m, n)) == [
+        ("draligned", "gone"), ("draligned.cess.parquet", "NoChecks"), ("draligned.cess.parquet_lines", "_lost"),
         ("draligned.indexing", "nowhere"), ("draligned.runner", "refresh")]
