@@ -73,6 +73,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster]:
         mp.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # every node on 127.0.0.1: loopback only
         mp.setenv("RAY_USAGE_STATS_ENABLED", "0")
         mp.setenv("GW_KEY", KEY)  # the nodes' task workers inherit it
+        # Ray starts its task workers at niceness 15: beside the suite's other workers, which keep both cores
+        # busy, they got a few percent of a core, and this module took 110 s instead of 10 (two CPU burners).
+        mp.setenv("RAY_worker_niceness", "0")
         started = Cluster(initialize_head=True, head_node_args={**HEAD, "env_vars": {"TMPDIR": str(head_tmp)}})
         try:
             worker = started.add_node(**NODE, env_vars={"TMPDIR": str(worker_tmp)})
