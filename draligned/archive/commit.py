@@ -3,7 +3,10 @@ files per sync.
 
 ``write_once`` costs a temp file, an fsync and a link per file, and a study's runs would pay it on
 the event loop, every fsync stalling every run in flight. Under :meth:`Archive.group_commit` the
-archive hands its writes to one thread instead. The thread takes everything queued as one batch:
+archive hands its writes to one thread instead. The writes of one step of an event loop are handed over
+together, at the end of the step (or at the next :meth:`GroupCommit.barrier`): waking the thread for each
+file cost the loop about a tenth of its CPU per model call at 256 runs in flight (benchmarks/README.md).
+The thread takes everything handed over as one batch:
 
 1. each new file's bytes go to a ``.tmp-*`` file beside it (as ``write_once``);
 2. one ``syncfs`` makes all their data durable;
@@ -24,6 +27,7 @@ record or packet naming one of its blobs (not queued again: the archive remember
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import ctypes.util
 import os
@@ -58,30 +62,52 @@ class GroupCommit:
     def __init__(self, root: Path) -> None:
         root.mkdir(parents=True, exist_ok=True)
         self._root_fd = os.open(root, os.O_RDONLY)
-        self._queue: queue.SimpleQueue[Write | Future[None] | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[list[Write] | Future[None] | None] = queue.SimpleQueue()
         self.pending: dict[str, bytes] = {}
         """Path -> bytes of every queued write not yet under its name (readers look here first)."""
         self._dirs: set[str] = set()
         self._error: ArchiveError | OSError | None = None
+        self._held: list[Write] = []
+        """Writes not yet handed to the thread, in the order they were made (see :meth:`write`)."""
+        self._handing = threading.Lock()
+        """Held while a write joins ``_held`` or ``_held`` goes to the queue: the writes reach the thread in
+        the order they were made, from whichever thread."""
         self._thread = threading.Thread(target=self._run, name="archive-group-commit", daemon=True)
         self._thread.start()
 
     def write(self, path: str, data: bytes, record: bool = False) -> None:
         """Queue ``data`` for ``path`` (never overwritten; identical bytes already there are fine); raises the
-        writer's error once it has stopped at one."""
+        writer's error once it has stopped at one. Made on an event loop, the write is handed to the thread
+        with the others of the loop's step, at its end; elsewhere, at once."""
         if self._error is not None:
             raise self._error
         self.pending[path] = data
-        self._queue.put((path, data, record))
+        with self._handing:
+            self._held.append((path, data, record))
+            first = len(self._held) == 1
+        if first:
+            try:
+                asyncio.get_running_loop().call_soon(self._hand_over)
+            except RuntimeError:  # no loop in this thread: nothing would hand it over later
+                self._hand_over()
+
+    def _hand_over(self) -> None:
+        """Give the thread every write held so far, as one item of its queue."""
+        with self._handing:
+            held, self._held = self._held, []
+            if held:
+                self._queue.put(held)
 
     def barrier(self) -> Future[None]:
-        """A future done when every write queued so far is durable (or failed: the first ArchiveError)."""
+        """A future done when every write made so far is durable (or failed: the first ArchiveError)."""
+        self._hand_over()
         done: Future[None] = Future()
         self._queue.put(done)
         return done
 
     def close(self) -> None:
         """Make everything queued durable and stop the thread; raise the first write error, if any."""
+        self._hand_over()
         self._queue.put(None)
         self._thread.join()
         os.close(self._root_fd)
@@ -97,7 +123,7 @@ class GroupCommit:
                     batch.append(self._queue.get_nowait())
                 except queue.Empty:
                     break
-            writes = [b for b in batch if isinstance(b, tuple)]
+            writes = [w for b in batch if isinstance(b, list) for w in b]
             try:
                 if self._error is None:  # fail-stop: nothing is linked after the first error
                     self._commit(writes)
