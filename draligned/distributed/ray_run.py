@@ -248,10 +248,16 @@ async def _run_tasks(ray: Any, study: Study, dispatch: Dispatch) -> None:
     token, numbers = secrets.token_hex(4), itertools.count()
     in_flight: dict[asyncio.Task[None], _Try] = {}
 
+    def model_key(model: str) -> str:  # the model's limit in the actor, for this study run's tries only
+        return f"{token}/{model}"
+
+    def release(one: _Try) -> None:  # its place in its model's limit (also the lease of a dead worker)
+        limits.release.remote(model_key(one.slot.model), one.lease)
+
     def submit(slot: Slot, attempt: int, tries: int) -> None:
         lease = f"{token}-{next(numbers):06d}"
         one = _Try(slot, attempt, tries, lease,
-                   task.remote(study, slot, attempt, limits, f"{token}/{slot.model}", limit[slot.model], lease))
+                   task.remote(study, slot, attempt, limits, model_key(slot.model), limit[slot.model], lease))
         in_flight[asyncio.ensure_future(_follow(one.stream, one, dispatch, fill))] = one
 
     def fill() -> None:
@@ -259,29 +265,34 @@ async def _run_tasks(ray: Any, study: Study, dispatch: Dispatch) -> None:
                and (got := dispatch.take()) is not None):
             submit(*got, tries=1)
 
+    def settle(fut: asyncio.Task[None]) -> None:
+        """A try's task ended: its lease goes back; a try whose worker or node died is tried again or its slot
+        set aside. Raises the driver's own failure (a refused staging write), not the task's."""
+        exc = fut.exception()
+        if exc is not None and not isinstance(exc, ray.exceptions.RayError):
+            raise exc  # the try stays in flight: the finally below ends its task with the others
+        one = in_flight.pop(fut)
+        release(one)
+        if exc is None:
+            return
+        dispatch.forget_retrying(one.slot.slot_id)  # its retrying calls ended with it
+        cause = getattr(exc, "cause", None) or exc
+        why = str(cause).strip().splitlines()[-1] if str(cause).strip() else type(cause).__name__
+        failed = f"its Ray task failed {one.tries} time(s), the last ({type(cause).__name__}): {why}"
+        if not isinstance(exc, ray.exceptions.RayTaskError) and one.tries <= MAX_RETRIES:
+            refused = dispatch.refusal(one.slot)  # a retry is a new start: the cap and the stop hold for it
+            if refused is None:
+                submit(one.slot, one.attempt + one.started, one.tries + 1)
+                return
+            failed += f"; not tried again: {refused}"
+        dispatch.set_aside(one.slot.slot_id, failed)
+
     try:
         fill()
         while in_flight:
             done, _ = await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
             for fut in done:
-                exc = fut.exception()
-                if exc is not None and not isinstance(exc, ray.exceptions.RayError):
-                    raise exc  # the driver's own failure (a refused staging write), not the task's: all stop
-                one = in_flight.pop(fut)
-                limits.release.remote(f"{token}/{one.slot.model}", one.lease)  # also the lease of a dead worker
-                if exc is None:
-                    continue
-                dispatch.forget_retrying(one.slot.slot_id)  # its retrying calls ended with it
-                cause = getattr(exc, "cause", None) or exc
-                why = str(cause).strip().splitlines()[-1] if str(cause).strip() else type(cause).__name__
-                failed = f"its Ray task failed {one.tries} time(s), the last ({type(cause).__name__}): {why}"
-                if not isinstance(exc, ray.exceptions.RayTaskError) and one.tries <= MAX_RETRIES:
-                    refused = dispatch.refusal(one.slot)  # a retry is a new start: the cap and the stop hold for it
-                    if refused is None:
-                        submit(one.slot, one.attempt + one.started, one.tries + 1)
-                        continue
-                    failed += f"; not tried again: {refused}"
-                dispatch.set_aside(one.slot.slot_id, failed)
+                settle(fut)
             fill()  # after a try that failed (a run that ended took its next slot in _follow)
     finally:  # the driver failed or was interrupted: its tasks end with it, also on a cluster it did not start
         for fut, one in in_flight.items():
@@ -290,4 +301,4 @@ async def _run_tasks(ray: Any, study: Study, dispatch: Dispatch) -> None:
             # interrupted attempt; the next task on the node removes its scratch shard). Not Ray's gentle
             # cancel: that ends a generator task between its events but leaves its run's thread running on.
             ray.cancel(one.stream, force=True)
-            limits.release.remote(f"{token}/{one.slot.model}", one.lease)
+            release(one)
