@@ -82,14 +82,17 @@ class GroupCommit:
         if self._error is not None:
             raise self._error
         self.pending[path] = data
+        try:
+            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:  # no loop in this thread: nothing would hand it over later
+            loop = None
         with self._handing:
             self._held.append((path, data, record))
             first = len(self._held) == 1
-        if first:
-            try:
-                asyncio.get_running_loop().call_soon(self._hand_over)
-            except RuntimeError:  # no loop in this thread: nothing would hand it over later
-                self._hand_over()
+        if loop is None:
+            self._hand_over()
+        elif first:
+            loop.call_soon(self._hand_over)
 
     def _hand_over(self) -> None:
         """Give the thread every write held so far, as one item of its queue."""
