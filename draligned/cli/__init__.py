@@ -106,8 +106,9 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         if not reader_gone(sys.stdout.fileno()):  # a pipe inside the command broke: a fault, not `| head`
             raise
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # output piped into a reader that
-        return 0  # stopped early (e.g. `| head`): what is left to print goes nowhere, quietly
+        # The output's reader stopped early (`| head`): what is left to print goes nowhere, quietly.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except Exception as exc:
         from draligned.guards import REFUSALS
 
