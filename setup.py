@@ -1,5 +1,6 @@
 """The optional compiled parts: the walk of ``draligned.cess.line_chunk`` (``draligned/cess/_line_walk.cpp``) and
-the kernels of the columns path (``draligned/cess/_kernels.cpp``, the standard library alone: the writer of
+the kernels of the columns path (``draligned/cess/_kernels.cpp``, the standard library and the Dragonbox header in
+``third_party/dragonbox``: the writer of
 ``draligned.cess.json_lines``, the probability sums of ``draligned.cess.parquet_batch``, the check of a
 ``flat-2`` batch of ``draligned.cess.parquet_flat``).
 
@@ -28,7 +29,8 @@ def _simdjson_dir() -> str | None:
 
 _where = _simdjson_dir()
 _kernels = Extension("draligned.cess._kernels", ["draligned/cess/_kernels.cpp"], language="c++",
-                    extra_compile_args=["-std=c++17", "-O2"], optional=True)
+                     include_dirs=["third_party/dragonbox"], depends=["third_party/dragonbox/dragonbox.h"],
+                     extra_compile_args=["-std=c++17", "-O2"], optional=True)
 setup(ext_modules=[_kernels] if _where is None else [
     Extension("draligned.cess._line_walk", ["draligned/cess/_line_walk.cpp"], include_dirs=[_where],
               language="c++", extra_compile_args=["-std=c++17", "-O2"], optional=True), _kernels])
