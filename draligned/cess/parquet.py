@@ -224,7 +224,7 @@ def _unreadable(file: pq.ParquetFile, group: int, names: list[str], exc: Excepti
     for name in names:
         try:
             file.read_row_group(group, columns=[name], use_threads=False).column(0).validate(full=True)
-        except (pa.ArrowException, ValueError) as column_exc:
+        except (pa.ArrowException, OSError, ValueError) as column_exc:
             return TrajectoryError(first, name, f"not readable ({column_exc})", where)
     return TrajectoryError(first, "<file>", f"not readable ({exc})", where)
 
@@ -240,7 +240,7 @@ def checked_group(path: Path, group: int, flat: bool, meta: pq.FileMetaData | No
     try:
         table = file.read_row_group(group, columns=names, use_threads=False)
         return [check(batch) for batch in table.to_batches()]
-    except (pa.ArrowException, UnicodeDecodeError) as exc:  # OSError included (ArrowIOError)
+    except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:  # pyarrow's IOError is OSError itself
         raise _unreadable(file, group, names, exc) from exc
 
 

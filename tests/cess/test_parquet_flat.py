@@ -314,6 +314,30 @@ def test_a_damaged_row_group_exits_2_naming_its_rows_and_column(
     assert capsys.readouterr().err.startswith(f"error: {bad}: row group 1 (rows 5-6): trajectory_id: {message}")
 
 
+def _header_damaged(path: Path, group: int, column: str) -> Path:
+    """The file with the first bytes of ``column``'s first page header in row group ``group`` overwritten."""
+    meta = pq.read_metadata(path)
+    index = [meta.schema.column(i).path for i in range(meta.num_columns)].index(column)
+    at = meta.row_group(group).column(index).data_page_offset
+    data = bytearray(path.read_bytes())
+    data[at:at + 6] = b"\xff" * 6
+    path.write_bytes(bytes(data))
+    return path
+
+
+def test_a_damaged_page_header_exits_2_naming_its_rows_and_column(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """pyarrow raises OSError itself (not an ArrowException) for a page header it cannot deserialize."""
+    rows = [flat_row(VALID | {"trajectory_id": f"traj-{i:04d}"}) for i in range(6)]
+    path = _header_damaged(_flat_file(tmp_path / "t.parquet", rows, schema=FLAT_SCHEMA, row_group_size=4), 1,
+                           "budget")
+    with pytest.raises(TrajectoryError) as info:
+        load_parquet(path)
+    assert str(info.value).startswith("row group 1 (rows 5-6): budget: not readable (Couldn't deserialize thrift")
+    assert main(["cess", "estimate", str(path), "--json"]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {path}: row group 1 (rows 5-6): budget: not readable (")
+
+
 def test_a_file_holding_more_values_than_its_metadata_counts_is_refused(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = _flat_file(tmp_path / "t.parquet", [flat_row(VALID), flat_row(VALID | {"trajectory_id": "t2"})])
