@@ -311,6 +311,15 @@ bool valid_offsets(const Buffer &offsets, Py_ssize_t rows, Py_ssize_t items, con
   return ok && off[rows] <= items;
 }
 
+// Byte spans start[i]..end[i] (rows of int64) within `size` bytes.
+bool valid_spans(const Buffer &start, const Buffer &end, Py_ssize_t size) {
+  const int64_t *first = start.data<int64_t>(), *last = end.data<int64_t>();
+  bool ok = true;
+  for (Py_ssize_t i = 0; ok && i < start.size(); i++) ok = 0 <= first[i] && first[i] <= last[i] && last[i] <= size;
+  if (!ok) PyErr_SetString(PyExc_ValueError, "check_flat: probability spans outside their bytes");
+  return ok;
+}
+
 // A validity array: one bool per item, or none (length 0) when every item is there.
 bool there(const Buffer &valid, int64_t at) { return valid.size() == 0 || valid.data<bool>()[at]; }
 
@@ -318,7 +327,7 @@ bool there(const Buffer &valid, int64_t at) { return valid.size() == 0 || valid.
 bool absent(const Buffer &absence, int64_t row) { return absence.size() != 0 && absence.data<bool>()[row]; }
 
 // check_flat(budget, doc_off, doc_codes, n_codes, empty, doc_y, y_off, y, y_valid, y_absent, m_off, m, m_absent,
-//            chosen_off, chosen_idx, chosen_map, stop_off, stop, ry_off, ry, ry_valid, ry_any, p_off, p_bytes,
+//            chosen_off, chosen_idx, chosen_map, stop_off, stop, ry_off, ry, ry_valid, ry_any, p_start, p_end, p_bytes,
 //            sum_limit, y_tolerance, bad, budget_f, n_docs, n_rounds, first_support, chosen, score, p, full):
 // parquet_batch.check_batch's rules for the rows of a flat-2 batch whose round lists, document and chosen id lists
 // and probabilities are never NULL, and the arrays it gathers that are not views of the batch. Offsets are int64
@@ -326,23 +335,24 @@ bool absent(const Buffer &absence, int64_t row) { return absence.size() != 0 && 
 // -1 for NULL; `empty` the code of "" or -1; doc_y: pool.y at the documents, NaN where unknown), its rounds
 // chosen_off[i]..; chosen_map takes a chosen id's code to its document code (-1: not a document id; a NULL id's
 // code is -1). Values are float64, NaN for NULL; a validity array holds one bool per value, or none when all are
-// there (ry_any: false when no round score is); y_absent, m_absent one per row (or none: no list NULL). p_off
-// are byte offsets into p_bytes (T x N little-endian float64 in a well-shaped row). The outputs have one entry per
+// there (ry_any: false when no round score is); y_absent, m_absent one per row (or none: no list NULL). Row i's
+// probabilities are the bytes p_start[i]..p_end[i] of p_bytes (T x N little-endian float64 in a well-shaped row, at
+// any alignment: an Arrow column's buffer, or the pages of a Parquet column chunk that plain_spans read). The outputs have one entry per
 // row, per document (first_support is written only where a round lacks full support: the caller zeroes it) and
 // per round. A row with a round list or probabilities of another length is suspect and its rounds left out.
 PyObject *check_flat(PyObject *, PyObject *args) {
-  PyObject *in[22], *outs[9];
+  PyObject *in[23], *outs[9];
   Py_ssize_t n_codes, empty;
   int ry_any;
   double sum_limit, y_tolerance;
-  if (!PyArg_ParseTuple(args, "OOOnnOOOOOOOOOOOOOOOOpOOddOOOOOOOOO", &in[0], &in[1], &in[2], &n_codes, &empty,
+  if (!PyArg_ParseTuple(args, "OOOnnOOOOOOOOOOOOOOOOpOOOddOOOOOOOOO", &in[0], &in[1], &in[2], &n_codes, &empty,
                         &in[3], &in[4], &in[5], &in[6], &in[7], &in[8], &in[9], &in[10], &in[11], &in[12], &in[13],
-                        &in[14], &in[15], &in[16], &in[17], &in[18], &ry_any, &in[19], &in[20], &sum_limit,
+                        &in[14], &in[15], &in[16], &in[17], &in[18], &ry_any, &in[19], &in[21], &in[20], &sum_limit,
                         &y_tolerance, &outs[0], &outs[1], &outs[2], &outs[3], &outs[4], &outs[5], &outs[6], &outs[7],
                         &outs[8]))
     return nullptr;
   Buffer budget, doc_off, codes, doc_y, y_off, yv, y_valid, y_absent, m_off, mv, m_absent, ch_off, ch_idx, ch_map,
-      s_off, sv, ry_off, ryv, ry_valid, p_off, pb;
+      s_off, sv, ry_off, ryv, ry_valid, p_start, p_end, pb;
   if (!budget.take(in[0], "lq", 8, -1, "budget")) return nullptr;
   const Py_ssize_t b = budget.size();
   if (!doc_off.take(in[1], "lq", 8, b + 1, "doc_off") || !codes.take(in[2], "i", 4, -1, "doc_codes") ||
@@ -354,13 +364,13 @@ PyObject *check_flat(PyObject *, PyObject *args) {
       !ch_map.take(in[13], "i", 4, -1, "chosen_map") || !s_off.take(in[14], "lq", 8, b + 1, "stop_off") ||
       !sv.take(in[15], "d", 8, -1, "stop") || !ry_off.take(in[16], "lq", 8, b + 1, "ry_off") ||
       !ryv.take(in[17], "d", 8, -1, "ry") || !ry_valid.take(in[18], "?", 1, -1, "ry_valid") ||
-      !p_off.take(in[19], "lq", 8, b + 1, "p_off") || !pb.take(in[20], "B", 1, -1, "p_bytes"))
+      !p_start.take(in[19], "lq", 8, b, "p_start") || !p_end.take(in[21], "lq", 8, b, "p_end") ||
+      !pb.take(in[20], "bB", 1, -1, "p_bytes"))
     return nullptr;
   if (!valid_offsets(doc_off, b, codes.size(), "doc") || !valid_offsets(y_off, b, yv.size(), "y") ||
       !valid_offsets(m_off, b, mv.size(), "m") || !valid_offsets(ch_off, b, ch_idx.size(), "chosen") ||
       !valid_offsets(s_off, b, sv.size(), "stop") ||
-      !valid_offsets(ry_off, b, ry_any ? ryv.size() : PY_SSIZE_T_MAX, "ry") ||
-      !valid_offsets(p_off, b, pb.size(), "probs"))
+      !valid_offsets(ry_off, b, ry_any ? ryv.size() : PY_SSIZE_T_MAX, "ry") || !valid_spans(p_start, p_end, pb.size()))
     return nullptr;
   const Py_ssize_t d = doc_off.data<int64_t>()[b], r = ch_off.data<int64_t>()[b];
   if (doc_y.size() != d || (y_valid.size() && y_valid.size() != yv.size()) || (y_absent.size() && y_absent.size() != b) ||
@@ -392,7 +402,8 @@ PyObject *check_flat(PyObject *, PyObject *args) {
   const int64_t *const budgets = budget.data<int64_t>(), *const doff = doc_off.data<int64_t>();
   const int64_t *const yoff = y_off.data<int64_t>(), *const moff = m_off.data<int64_t>();
   const int64_t *const coff = ch_off.data<int64_t>(), *const soff = s_off.data<int64_t>();
-  const int64_t *const royff = ry_off.data<int64_t>(), *const poff = p_off.data<int64_t>();
+  const int64_t *const royff = ry_off.data<int64_t>();
+  const int64_t *const pstart = p_start.data<int64_t>(), *const pend = p_end.data<int64_t>();
   const int32_t *const code_of = codes.data<int32_t>(), *const idx = ch_idx.data<int32_t>();
   const int32_t *const map = ch_map.data<int32_t>();
   const Py_ssize_t map_size = ch_map.size();
@@ -405,10 +416,10 @@ PyObject *check_flat(PyObject *, PyObject *args) {
   int64_t *const first_o = first.out<int64_t>(), *const chosen_o = chosen.out<int64_t>();
   for (Py_ssize_t i = 0; i < b; i++) {
     const int64_t d0 = doff[i], n = doff[i + 1] - d0, r0 = coff[i], t = coff[i + 1] - r0;
-    const int64_t y0 = yoff[i], m0 = moff[i], s0 = soff[i], ry0 = royff[i], p0 = poff[i];
+    const int64_t y0 = yoff[i], m0 = moff[i], s0 = soff[i], ry0 = royff[i], p0 = pstart[i];
     const double budget_i = double(budgets[i]);
     n_o[i] = n, t_o[i] = t, budget_o[i] = budget_i;
-    const bool shaped = (soff[i + 1] - s0 == t) & (royff[i + 1] - ry0 == t) & (poff[i + 1] - p0 == t * n * 8);
+    const bool shaped = (soff[i + 1] - s0 == t) & (royff[i + 1] - ry0 == t) & (pend[i] - p0 == t * n * 8);
     bool suspect = (budgets[i] < 1) | (n == 0) | (t == 0) | (double(t) > budget_i) | !shaped;
     suspect |= (!absent(y_absent, i) && yoff[i + 1] - y0 != n) || (!absent(m_absent, i) && moff[i + 1] - m0 != n);
     for (int64_t k = 0; k < n; k++) {
@@ -460,6 +471,152 @@ PyObject *check_flat(PyObject *, PyObject *args) {
   Py_RETURN_NONE;
 }
 
+// plain_spans(chunk, starts, ends) -> bool: where each value of a Parquet column chunk of a REQUIRED BYTE_ARRAY
+// column lies in `chunk` (the chunk's bytes, page headers included: a view of the file's memory map), when every
+// page is an uncompressed PLAIN data page (v1, or v2 without levels) and the pages hold exactly one value per
+// entry of starts and ends; false (nothing promised about starts and ends) for anything else, e.g. a dictionary
+// page, another encoding, a damaged header: the caller then has pyarrow decode the column, as for any file. The
+// page headers are Thrift's compact protocol (parquet.thrift: PageHeader, DataPageHeader, DataPageHeaderV2);
+// fields this does not need (statistics, the CRC) are skipped.
+struct Compact {  // a Thrift compact-protocol reader over [at, end); ok turns false at the first byte out of place
+  const unsigned char *at, *end;
+  bool ok = true;
+
+  uint64_t varint() {
+    uint64_t value = 0;
+    for (int shift = 0; at < end && shift < 64; shift += 7) {
+      const unsigned char c = *at++;
+      value |= uint64_t(c & 0x7f) << shift;
+      if (!(c & 0x80)) return value;
+    }
+    ok = false;
+    return 0;
+  }
+  int64_t zigzag() {
+    const uint64_t v = varint();
+    return int64_t(v >> 1) ^ -int64_t(v & 1);
+  }
+  void bytes(uint64_t n) {
+    if (uint64_t(end - at) < n) ok = false;
+    else at += n;
+  }
+  // Skip one value of compact type `type` (a bool in a list or set takes a byte; in a field, none).
+  void skip(int type, int depth, bool in_field) {
+    if (depth > 16) ok = false;
+    if (!ok) return;
+    switch (type) {
+      case 1: case 2: if (!in_field) bytes(1); break;
+      case 3: bytes(1); break;
+      case 4: case 5: case 6: varint(); break;
+      case 7: bytes(8); break;
+      case 8: bytes(varint()); break;
+      case 9: case 10: {
+        if (at >= end) { ok = false; break; }
+        const unsigned char head = *at++;
+        const uint64_t size = (head >> 4) == 15 ? varint() : uint64_t(head >> 4);
+        for (uint64_t k = 0; ok && k < size; k++) skip(head & 15, depth + 1, false);
+        break;
+      }
+      case 11: {
+        const uint64_t size = varint();
+        if (size == 0) break;
+        if (at >= end) { ok = false; break; }
+        const unsigned char kinds = *at++;
+        for (uint64_t k = 0; ok && k < size; k++) skip(kinds >> 4, depth + 1, false), skip(kinds & 15, depth + 1, false);
+        break;
+      }
+      case 12: fields(depth + 1, [](int, int) { return false; }); break;
+      default: ok = false;
+    }
+  }
+  // Walk a struct's fields to its STOP: on_field(id, type) reads a field it wants and returns true; others are skipped.
+  template <typename F>
+  void fields(int depth, F &&on_field) {
+    int64_t last = 0;
+    while (ok) {
+      if (at >= end) { ok = false; return; }
+      const unsigned char head = *at++;
+      const int type = head & 15;
+      if (type == 0) return;
+      last = (head >> 4) ? last + (head >> 4) : zigzag();
+      if (!on_field(int(last), type)) skip(type, depth, true);
+    }
+  }
+  int64_t i32(int type) {
+    if (type != 5) ok = false;
+    return ok ? zigzag() : 0;
+  }
+};
+
+struct PageHeader {
+  int64_t type = -1, uncompressed = -1, compressed = -1, values = -1, encoding = -1, levels = 0;
+};
+
+PageHeader page_header(Compact &in) {
+  PageHeader page;
+  auto data_page = [&](bool v2) {
+    in.fields(1, [&](int id, int type) {
+      if (id == 1) page.values = in.i32(type);
+      else if (id == (v2 ? 4 : 2)) page.encoding = in.i32(type);
+      else if (v2 && (id == 5 || id == 6)) page.levels += in.i32(type);  // definition, repetition levels' bytes
+      else return false;
+      return true;
+    });
+  };
+  in.fields(0, [&](int id, int type) {
+    if (id == 1) page.type = in.i32(type);
+    else if (id == 2) page.uncompressed = in.i32(type);
+    else if (id == 3) page.compressed = in.i32(type);
+    else if ((id == 5 || id == 8) && type == 12) data_page(id == 8);
+    else return false;
+    return true;
+  });
+  return page;
+}
+
+bool spans_of_pages(const unsigned char *chunk, int64_t size, int64_t rows, int64_t *starts, int64_t *ends) {
+  constexpr int64_t DATA_PAGE = 0, DATA_PAGE_V2 = 3, PLAIN = 0;
+  int64_t at = 0, row = 0;
+  while (at < size) {
+    Compact in{chunk + at, chunk + size};
+    const PageHeader page = page_header(in);
+    const int64_t body = in.at - chunk;
+    if (!in.ok || (page.type != DATA_PAGE && page.type != DATA_PAGE_V2) || page.encoding != PLAIN ||
+        page.levels != 0 || page.values < 0 || page.compressed < 0 || page.compressed != page.uncompressed ||
+        page.compressed > size - body || page.values > rows - row)
+      return false;
+    const int64_t page_end = body + page.compressed;
+    int64_t q = body;
+    for (int64_t k = 0; k < page.values; k++, row++) {
+      if (page_end - q < 4) return false;
+      uint32_t length;
+      std::memcpy(&length, chunk + q, 4);  // little-endian, as Parquet writes it (and x86 and ARM read it)
+      q += 4;
+      if (int64_t(length) > page_end - q) return false;
+      starts[row] = q, ends[row] = q + length;
+      q += length;
+    }
+    if (q != page_end) return false;
+    at = page_end;
+  }
+  return row == rows;
+}
+
+PyObject *plain_spans(PyObject *, PyObject *args) {
+  PyObject *chunk_obj, *starts_obj, *ends_obj;
+  if (!PyArg_ParseTuple(args, "OOO", &chunk_obj, &starts_obj, &ends_obj)) return nullptr;
+  Buffer chunk, starts, ends;
+  if (!chunk.take(chunk_obj, "bB", 1, -1, "chunk") || !starts.take(starts_obj, "lq", 8, -1, "starts", true) ||
+      !ends.take(ends_obj, "lq", 8, starts.size(), "ends", true))
+    return nullptr;
+  bool found;
+  Py_BEGIN_ALLOW_THREADS
+  found = spans_of_pages(chunk.data<unsigned char>(), chunk.size(), starts.size(), starts.out<int64_t>(),
+                         ends.out<int64_t>());
+  Py_END_ALLOW_THREADS
+  return PyBool_FromLong(found);
+}
+
 PyMethodDef methods[] = {
     {"write_lines", write_lines, METH_VARARGS,
      "write_lines(ids, tasks, rounds, numbers, hidden, lower, upper) -> bytes: the JSON lines of n estimates "
@@ -468,6 +625,9 @@ PyMethodDef methods[] = {
     {"round_min_sum", round_min_sum, METH_VARARGS,
      "round_min_sum(values, offsets, low, total) -> None: each segment's minimum (NaN if it holds a NaN or is "
      "empty) and sum (NaN if empty) of float64 values at int64 offsets, into the float64 arrays low and total."},
+    {"plain_spans", plain_spans, METH_VARARGS,
+     "plain_spans(chunk, starts, ends) -> bool: each value's byte span in a Parquet column chunk of uncompressed PLAIN "
+     "pages of a REQUIRED BYTE_ARRAY column, into the int64 arrays starts and ends (False: pages of another kind)."},
     {"check_flat", check_flat, METH_VARARGS,
      "check_flat(...) -> None: parquet_batch.check_batch's suspect rows and columns of a flat-2 batch without NULLs, "
      "into the given arrays (see _kernels.cpp)."},

@@ -1,5 +1,8 @@
 """Compiled kernels of the columns path (``_kernels.cpp``): the writer of draligned.cess.json_lines, the
-probability sums of draligned.cess.parquet_batch and the check of a flat-2 batch of draligned.cess.parquet_flat."""
+probability sums of draligned.cess.parquet_batch, and the page reader and the check of a flat-2 batch of
+draligned.cess.parquet_flat."""
+
+from typing import Any
 
 import numpy as np
 
@@ -14,8 +17,12 @@ def check_flat(budget: np.ndarray, doc_off: np.ndarray, doc_codes: np.ndarray, n
                doc_y: np.ndarray, y_off: np.ndarray, y: np.ndarray, y_valid: np.ndarray, y_absent: np.ndarray,
                m_off: np.ndarray, m: np.ndarray, m_absent: np.ndarray, chosen_off: np.ndarray, chosen_idx: np.ndarray,
                chosen_map: np.ndarray, stop_off: np.ndarray, stop: np.ndarray, ry_off: np.ndarray, ry: np.ndarray,
-               ry_valid: np.ndarray, ry_any: bool, p_off: np.ndarray, p_bytes: np.ndarray, sum_limit: float,
-               y_tolerance: float, bad: np.ndarray, budget_f: np.ndarray, n_docs: np.ndarray, n_rounds: np.ndarray,
-               first_support: np.ndarray, chosen: np.ndarray, score: np.ndarray, p: np.ndarray, full: np.ndarray,
-               /) -> None:
+               ry_valid: np.ndarray, ry_any: bool, p_start: np.ndarray, p_end: np.ndarray, p_bytes: Any,
+               sum_limit: float, y_tolerance: float, bad: np.ndarray, budget_f: np.ndarray, n_docs: np.ndarray,
+               n_rounds: np.ndarray, first_support: np.ndarray, chosen: np.ndarray, score: np.ndarray, p: np.ndarray,
+               full: np.ndarray, /) -> None:
     """check_batch's suspect rows and gathered arrays of a flat-2 batch, into the given outputs (``_kernels.cpp``)."""
+
+def plain_spans(chunk: Any, starts: np.ndarray, ends: np.ndarray, /) -> bool:
+    """Each value's byte span in a column chunk of uncompressed PLAIN pages of a REQUIRED BYTE_ARRAY column, into
+    ``starts`` and ``ends``; False for pages of any other kind (``_kernels.cpp``)."""

@@ -23,11 +23,15 @@ passes over its arrays.
 
 from __future__ import annotations
 
+import mmap
+import os
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from draligned.cess.parquet_batch import (
     Checked,
@@ -181,16 +185,48 @@ def _values(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
 _NONE = np.zeros(0, bool)
 
 
-def _compiled_check(batch: pa.RecordBatch) -> Checked | None:
+Probs = tuple[Any, np.ndarray, np.ndarray]
+"""A ``flat-2`` batch's probabilities: a buffer of bytes, and the start and end of each row's bytes in it."""
+
+
+def _probs_spans(arr: pa.Array) -> Probs:
+    """:data:`Probs` of a binary ``probs`` column (its rows' bytes follow each other)."""
+    byte_off, raw = _probs_bytes(arr)
+    return raw, byte_off[:-1], byte_off[1:]
+
+
+def page_probs(path: Path, chunk: pq.ColumnChunkMetaData, column: pq.ColumnSchema, rows: int) -> Probs | None:
+    """A row group's ``probs`` (``rows`` values) read from the file's pages without decoding them: each row's
+    bytes where they lie in the column chunk (``_kernels.plain_spans``, over a read-only memory map of the
+    chunk), for a REQUIRED byte-array column of uncompressed PLAIN pages, as ``cess export`` writes it. None
+    for any other column chunk (pyarrow decodes it then, and reports what it finds wrong). pyarrow's decode
+    copied a row group's 26 MB of probabilities into fresh memory that the check then read once."""
+    if (compiled_checks is None or column.physical_type != "BYTE_ARRAY" or column.max_definition_level
+            or column.max_repetition_level or chunk.compression != "UNCOMPRESSED" or chunk.has_dictionary_page):
+        return None
+    first, size = chunk.data_page_offset, chunk.total_compressed_size
+    start = first - first % mmap.ALLOCATIONGRANULARITY
+    with path.open("rb") as file:
+        if first < 0 or size <= 0 or first + size > os.fstat(file.fileno()).st_size:
+            return None
+        mapped = mmap.mmap(file.fileno(), first + size - start, prot=mmap.PROT_READ, offset=start)
+    pages = np.frombuffer(mapped, np.uint8)[first - start:]  # the map lives as long as this view
+    starts, ends = np.empty(rows, np.int64), np.empty(rows, np.int64)
+    return (pages, starts, ends) if compiled_checks.plain_spans(pages, starts, ends) else None
+
+
+def compiled_check(batch: pa.RecordBatch, probs: Probs | None = None) -> Checked | None:
     """:func:`check_flat_batch` in one compiled pass (``_kernels.check_flat``), or None where the pass does not
     apply: without the extension, for ``flat-1``, where a list it needs is NULL (round lists, document or
     chosen ids, probabilities: another writer's file) or a budget is, and where the ids were not read as
     dictionaries (``cess export`` writes them so; a reader that does not ask for them gets plain strings).
+    ``probs``: the probabilities when the batch was read without them (:func:`page_probs`).
     Its arrays hold every row (a suspect row's entries are never used)."""
     col = batch.column
     doc_ids, chosen = col("doc_ids"), col("chosen")
-    if (compiled_checks is None or not _binary(col("probs")) or col("budget").null_count
-            or any(col(name).null_count for name in ("doc_ids", "chosen", "probs", *ROUND_LISTS))
+    if (compiled_checks is None or col("budget").null_count
+            or (probs is None and (not _binary(col("probs")) or col("probs").null_count))
+            or any(col(name).null_count for name in ("doc_ids", "chosen", *ROUND_LISTS))
             or not all(pa.types.is_dictionary(ids.type.value_type) for ids in (doc_ids, chosen))):
         return None
     (doc_off, docs), (ch_off, ch_values) = unlist(doc_ids), unlist(chosen)
@@ -202,7 +238,7 @@ def _compiled_check(batch: pa.RecordBatch) -> Checked | None:
     y_absent, m_absent = nulls(col("doc_y")), nulls(col("doc_m"))
     ry_any = ry.null_count < len(ry)
     rv, ry_valid = _values(ry) if ry_any else (np.zeros(0), _NONE)
-    byte_off, p_bytes = _probs_bytes(col("probs"))
+    p_bytes, p_start, p_end = probs or _probs_spans(col("probs"))
     b, d, r = batch.num_rows, int(doc_off[-1]), int(ch_off[-1])
     bad, full = np.empty(b, bool), np.empty(r, bool)
     doc_y = per_document(yv, y_off, y_absent, doc_off, np.nan)
@@ -215,9 +251,9 @@ def _compiled_check(batch: pa.RecordBatch) -> Checked | None:
         np.asarray(col("budget").to_numpy(), np.int64), doc_off,
         codes(encoded), len(encoded.dictionary), pc.index(encoded.dictionary, "").as_py(), doc_y, y_off, yv, y_valid,
         y_absent, m_off, mv, m_absent, ch_off, codes(ch_values), np.asarray(chosen_map.to_numpy(), np.int32), s_off,
-        sv, ry_off, rv, ry_valid, ry_any, byte_off, p_bytes, PROB_SUM_TOLERANCE - PROB_SUM_MARGIN, Y_TOLERANCE, bad,
-        arrays["budget"], arrays["n_docs"], arrays["n_rounds"], arrays["first_support"], arrays["chosen"], arrays["y"],
-        arrays["p"], full)
+        sv, ry_off, rv, ry_valid, ry_any, p_start, p_end, p_bytes, PROB_SUM_TOLERANCE - PROB_SUM_MARGIN, Y_TOLERANCE,
+        bad, arrays["budget"], arrays["n_docs"], arrays["n_rounds"], arrays["first_support"], arrays["chosen"],
+        arrays["y"], arrays["p"], full)
     strings, ids, tasks = check_strings(batch)
     return bad | strings, arrays, ids, tasks
 
@@ -226,8 +262,8 @@ def check_flat_batch(batch: pa.RecordBatch) -> Checked:
     """:func:`~draligned.cess.parquet_batch.check_batch` for a flat batch: a row with a badly shaped list
     is suspect, and the rest are checked as nested arrays (numpy's arrays are then of those rows only: the
     load fails on the suspect row, so they are never used). One compiled pass where it applies
-    (:func:`_compiled_check`)."""
-    if (checked := _compiled_check(batch)) is not None:
+    (:func:`compiled_check`)."""
+    if (checked := compiled_check(batch)) is not None:
         return checked
     faults = _shape_faults(batch)
     if not faults.any():

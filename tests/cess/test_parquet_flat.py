@@ -218,7 +218,7 @@ def test_the_compiled_check_flags_and_gathers_what_numpys_does(tmp_path: Path, m
     flagged = 0
     for k, rows in enumerate(files):
         for batch in _batches(_flat_file(tmp_path / f"{k}.parquet", rows, BINARY, row_group_size=37)):
-            compiled = parquet_flat._compiled_check(batch)
+            compiled = parquet_flat.compiled_check(batch)
             assert compiled is not None  # the pass applies to these batches
             with monkeypatch.context() as numpy_only:
                 numpy_only.setattr(parquet_flat, "compiled_checks", None)
@@ -366,3 +366,119 @@ def test_the_export_gathers_duckdbs_batches_into_full_row_groups(tmp_path: Path)
     assert [g.num_rows for g in groups] == [8, 8, 4] and all(g.num_rows % 4 == 0 for g in groups)
     assert pa.concat_tables(groups).equals(table)
     assert [g.num_rows for g in parquet.full_groups(batches, 6)] == [6, 12, 2]
+
+
+def _export_like(path: Path, records: list[dict[str, Any]], **kw: Any) -> Path:
+    """``flat-2`` rows written as ``cess export`` writes them (REQUIRED probabilities, uncompressed, the ids as
+    dictionaries), with ``kw`` for the writer (page sizes, page version, codec)."""
+    options: dict[str, Any] = {"compression": "none", "use_dictionary": parquet.DICTIONARIES} | kw
+    return _flat_file(path, [binary_row(r) for r in records], FLAT_BINARY_SCHEMA, **options)
+
+
+def _probs_of(path: Path, group: int) -> parquet_flat.Probs | None:
+    meta = pq.read_metadata(path)
+    index = [meta.schema.column(i).path for i in range(meta.num_columns)].index("probs")
+    return parquet_flat.page_probs(path, meta.row_group(group).column(index), meta.schema.column(index),
+                                   meta.row_group(group).num_rows)
+
+
+PAGES = [({}, "one page a group"), ({"data_page_size": 256}, "many pages"),
+         ({"data_page_size": 256, "data_page_version": "2.0"}, "pages v2")]
+
+
+@pytest.mark.skipif(parquet_flat.compiled_checks is None, reason="the optional extension is not built")
+@pytest.mark.parametrize("writer", [p[0] for p in PAGES], ids=[p[1] for p in PAGES])
+def test_probabilities_are_read_where_the_pages_hold_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, writer: dict[str, Any]) -> None:
+    """Every row's span holds exactly the bytes pyarrow decodes for it, and the load through the spans gives
+    the columns the load through pyarrow's decode gives, with the in-place read taken for every row group."""
+    rng = random.Random(4)
+    records = [varied_trajectory(rng, i) for i in range(150)]
+    path = _export_like(tmp_path / "t.parquet", records, row_group_size=40, **writer)
+    file = pq.ParquetFile(path)
+    for group in range(file.num_row_groups):
+        probs = _probs_of(path, group)
+        assert probs is not None
+        pages, starts, ends = probs
+        decoded = file.read_row_group(group, columns=["probs"]).column(0).to_pylist()
+        assert [bytes(pages[a:b]) for a, b in zip(starts, ends, strict=True)] == decoded
+    calls = []
+    spans = parquet_flat.compiled_checks.plain_spans
+    monkeypatch.setattr(parquet_flat, "compiled_checks", type("Spied", (), {
+        "check_flat": staticmethod(parquet_flat.compiled_checks.check_flat),
+        "plain_spans": staticmethod(lambda *a: calls.append(1) or spans(*a))}))
+    in_place = load_parquet(path, workers=2)
+    assert len(calls) == file.num_row_groups
+    monkeypatch.setattr(parquet_flat, "page_probs", lambda *a: None)
+    monkeypatch.setattr(parquet, "page_probs", lambda *a: None)
+    _equal(in_place, load_parquet(path, workers=2))
+    assert len(calls) == file.num_row_groups  # not called again: pyarrow decoded the probabilities
+    assert not in_place.full_support.all()
+
+
+OTHER_PAGES = [({"compression": "snappy"}, "compressed"),
+               ({"use_dictionary": [*parquet.DICTIONARIES, "probs"]}, "dictionary")]
+
+
+@pytest.mark.skipif(parquet_flat.compiled_checks is None, reason="the optional extension is not built")
+@pytest.mark.parametrize("writer", [p[0] for p in OTHER_PAGES], ids=[p[1] for p in OTHER_PAGES])
+def test_pages_of_another_kind_are_decoded_by_pyarrow(tmp_path: Path, writer: dict[str, Any]) -> None:
+    rng = random.Random(6)
+    records = [varied_trajectory(rng, i) for i in range(30)]
+    path = _export_like(tmp_path / "t.parquet", records, **writer)
+    assert _probs_of(path, 0) is None
+    _equal(load_parquet(path), load_parquet(_export_like(tmp_path / "plain.parquet", records)))
+    nullable = _flat_file(tmp_path / "n.parquet", [binary_row(r) for r in records], BINARY)  # OPTIONAL probs
+    assert _probs_of(nullable, 0) is None
+
+
+@pytest.mark.parametrize(("probs", "message"), BINARY_SHAPES[:2], ids=["odd bytes", "7 values"])
+def test_probabilities_read_in_place_of_the_wrong_size_are_named(
+        tmp_path: Path, probs: bytes, message: str) -> None:
+    rows = [binary_row(VALID | {"trajectory_id": f"t{i}"}) for i in range(5)]
+    rows[1]["probs"] = probs
+    path = _flat_file(tmp_path / "t.parquet", rows, FLAT_BINARY_SCHEMA, compression="none")
+    with pytest.raises(TrajectoryError) as info:
+        load_parquet(path)
+    assert str(info.value) == f"row 2 (trajectory_id 't1'): probs: {message}"
+
+
+@pytest.mark.skipif(parquet_flat.compiled_checks is None, reason="the optional extension is not built")
+def test_a_damaged_probabilities_page_is_left_to_pyarrow_which_names_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The page reader declines what it cannot read (here the first page header's bytes overwritten), and the
+    load fails with the error it gave before there was a page reader."""
+    rng = random.Random(8)
+    path = _header_damaged(_export_like(tmp_path / "t.parquet", [varied_trajectory(rng, i) for i in range(20)]), 0,
+                           "probs")
+    assert _probs_of(path, 0) is None
+    with pytest.raises(TrajectoryError) as info:
+        load_parquet(path)
+    monkeypatch.setattr(parquet, "page_probs", lambda *a: None)
+    with pytest.raises(TrajectoryError) as before:
+        load_parquet(path)
+    assert str(info.value) == str(before.value) and str(info.value).startswith("row group 0 (rows 1-20): probs: ")
+
+
+@pytest.mark.skipif(parquet_flat.compiled_checks is None, reason="the optional extension is not built")
+def test_the_page_reader_stays_within_any_bytes_it_is_given(tmp_path: Path) -> None:
+    """Cut short, bytes flipped or random: it answers False, or spans that lie within the bytes."""
+    rng, records = random.Random(9), [varied_trajectory(random.Random(9), i) for i in range(12)]
+    path = _export_like(tmp_path / "t.parquet", records, data_page_size=512)
+    pages, _, _ = _probs_of(path, 0) or pytest.fail("the export's pages are read in place")
+    chunk = bytes(pages)
+    tries = [chunk[:rng.randrange(len(chunk))] for _ in range(300)]
+    for _ in range(300):
+        flipped = bytearray(chunk)
+        for _ in range(rng.randint(1, 4)):
+            flipped[rng.randrange(min(len(chunk), 64))] = rng.randrange(256)  # mostly the first header
+        tries.append(bytes(flipped))
+    tries += [rng.randbytes(rng.randrange(1, 400)) for _ in range(300)]
+    accepted = 0
+    for data in tries:
+        starts, ends = np.full(12, -1, np.int64), np.full(12, -1, np.int64)
+        buffer = np.frombuffer(data, np.uint8) if data else np.zeros(0, np.uint8)
+        if parquet_flat.compiled_checks.plain_spans(buffer, starts, ends):
+            accepted += 1
+            assert ((0 <= starts) & (starts <= ends) & (ends <= len(data))).all()
+    assert accepted < len(tries)
