@@ -189,17 +189,20 @@ def _parquet_stages(parquet: Path, groups: int = 16) -> dict[str, float]:
     import duckdb
 
     from draligned.cess.json_lines import json_lines
-    from draligned.cess.parquet_flat import FLAT_SCHEMA, check_flat_batch
+    from draligned.cess.parquet import BESIDE_PROBS, group_probs
+    from draligned.cess.parquet_flat import FLAT_BINARY_SCHEMA, check_flat_batch, compiled_check
 
     file = pq.ParquetFile(parquet, memory_map=True, read_dictionary=DICTIONARIES)
     con, rows = duckdb.connect(config={"threads": 1}), 0
     spent = dict.fromkeys(("decode", "check", "estimate", "json"), 0.0)
     for group in range(min(groups + WARM_GROUPS, file.metadata.num_row_groups)):
         laps = [time.process_time()]
-        table = file.read_row_group(group, columns=FLAT_SCHEMA.names, use_threads=False)
+        probs = group_probs(parquet, file.metadata, group)  # parquet._checked_in_place, else the whole group
+        table = file.read_row_group(group, columns=FLAT_BINARY_SCHEMA.names if probs is None else BESIDE_PROBS,
+                                    use_threads=False)
         laps.append(time.process_time())
-        for batch in table.to_batches():
-            _, arrays, ids, tasks = check_flat_batch(batch)
+        for batch in table.combine_chunks().to_batches() if probs is not None else table.to_batches():
+            _, arrays, ids, tasks = (probs is not None and compiled_check(batch, probs)) or check_flat_batch(batch)
             laps.append(time.process_time())
             builder = ColumnBuilder()
             builder.extend(ids, tasks, **arrays)

@@ -36,6 +36,7 @@ from draligned.cess.parquet_flat import (
     FLAT_BINARY_SCHEMA,
     LAYOUT_KEY,
     SCHEMAS,
+    Probs,
     check_flat_batch,
     compiled_check,
     flat_record,
@@ -59,6 +60,8 @@ COLUMNS = {
 ROW_GROUP_ROWS = 16_384
 """Rows per row group written: the reader decodes one at a time, so smaller groups bound its memory
 (DuckDB's default of 122,880 rows held ~0.6 GB more at 10^6 trajectories); any size reads."""
+BESIDE_PROBS = [name for name in FLAT_BINARY_SCHEMA.names if name != "probs"]
+"""The ``flat-2`` columns pyarrow decodes when the probabilities are read in place (:func:`group_probs`)."""
 DICTIONARIES = ["task_id", "ranking", "doc_ids.list.element", "chosen.list.element"]
 """The flat columns written dictionary-encoded and decoded as dictionaries (a few distinct strings: their codes
 decode faster than the strings, and the checks look each distinct one up once)."""
@@ -250,21 +253,24 @@ def checked_group(path: Path, group: int, flat: bool, meta: pq.FileMetaData | No
         raise _unreadable(file, group, names, exc) from exc
 
 
-def _checked_in_place(path: Path, file: pq.ParquetFile, group: int) -> Checked | None:
-    """A ``flat-2`` row group checked in one compiled pass, its other columns decoded by pyarrow and its
-    probabilities read where they lie in the file (:func:`page_probs`); None where either does not apply
-    (the caller decodes the whole group then)."""
-    meta = file.metadata
+def group_probs(path: Path, meta: pq.FileMetaData, group: int) -> Probs | None:
+    """A ``flat-2`` row group's probabilities read where its pages hold them (:func:`page_probs`), or None
+    (another kind of column chunk, a ``flat-1`` file, an empty group)."""
     paths = [meta.schema.column(i).path for i in range(meta.num_columns)]
     rows = meta.row_group(group).num_rows
     if "probs" not in paths or rows == 0:  # flat-1: probs.list.element
         return None
     index = paths.index("probs")
-    probs = page_probs(path, meta.row_group(group).column(index), meta.schema.column(index), rows)
-    if probs is None:
+    return page_probs(path, meta.row_group(group).column(index), meta.schema.column(index), rows)
+
+
+def _checked_in_place(path: Path, file: pq.ParquetFile, group: int) -> Checked | None:
+    """A ``flat-2`` row group checked in one compiled pass, its other columns (:data:`BESIDE_PROBS`) decoded
+    by pyarrow and its probabilities read where they lie in the file (:func:`group_probs`); None where either
+    does not apply (the caller decodes the whole group then)."""
+    if (probs := group_probs(path, file.metadata, group)) is None:
         return None
-    others = [name for name in FLAT_BINARY_SCHEMA.names if name != "probs"]
-    table = file.read_row_group(group, columns=others, use_threads=False).combine_chunks()
+    table = file.read_row_group(group, columns=BESIDE_PROBS, use_threads=False).combine_chunks()
     return compiled_check(table.to_batches()[0], probs)
 
 

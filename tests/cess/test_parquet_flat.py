@@ -376,10 +376,7 @@ def _export_like(path: Path, records: list[dict[str, Any]], **kw: Any) -> Path:
 
 
 def _probs_of(path: Path, group: int) -> parquet_flat.Probs | None:
-    meta = pq.read_metadata(path)
-    index = [meta.schema.column(i).path for i in range(meta.num_columns)].index("probs")
-    return parquet_flat.page_probs(path, meta.row_group(group).column(index), meta.schema.column(index),
-                                   meta.row_group(group).num_rows)
+    return parquet.group_probs(path, pq.read_metadata(path), group)
 
 
 PAGES = [({}, "one page a group"), ({"data_page_size": 256}, "many pages"),
@@ -409,7 +406,6 @@ def test_probabilities_are_read_where_the_pages_hold_them(
         "plain_spans": staticmethod(lambda *a: calls.append(1) or spans(*a))}))
     in_place = load_parquet(path, workers=2)
     assert len(calls) == file.num_row_groups
-    monkeypatch.setattr(parquet_flat, "page_probs", lambda *a: None)
     monkeypatch.setattr(parquet, "page_probs", lambda *a: None)
     _equal(in_place, load_parquet(path, workers=2))
     assert len(calls) == file.num_row_groups  # not called again: pyarrow decoded the probabilities
