@@ -257,7 +257,8 @@ print(json.dumps({"startup_seconds": first - start, "groups_seconds": last - fir
 def _parquet_timeline(parquet: Path) -> dict[str, float]:
     """Where the wall time of the ``--json`` pipeline goes, in one child process (draligned/cess/parquet_lines.py):
     the start-up until the first row group starts, the span of the row groups and how many cores they kept
-    busy on average, the serial check at the end, and the output (to /dev/null). It wraps
+    busy on average, the serial check at the end, and the output: the lines made, one thread per core, and
+    written (to /dev/null). It wraps
     ``parquet_lines._group`` and ``RowChecks.finish``: keep it in step with them."""
     done = subprocess.run([sys.executable, "-c", _TIMELINE, str(parquet)], capture_output=True, text=True, check=True)
     return {name: round(value, 3) for name, value in json.loads(done.stdout).items()}

@@ -10,14 +10,15 @@ step as the Parquet row groups of :mod:`draligned.cess.parquet_lines`).
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from draligned.cess import json_lines
 from draligned.cess.column_estimators import estimate_columns
-from draligned.cess.columns import ColumnBuilder
+from draligned.cess.columns import ColumnBuilder, TrajectoryColumns
+from draligned.cess.estimates import Estimates
 
 if TYPE_CHECKING:
     import duckdb
@@ -48,12 +49,24 @@ class PartConnection(threading.local):
             self.con = None
 
 
-def part_lines(parts: Iterable[tuple[list[str], list[str], dict[str, np.ndarray]]], lam: float,
-               connection: PartConnection) -> Lines:
-    """The lines of a checked part, given in pieces: each its trajectories' ids, task ids and column
-    arrays (named as :meth:`ColumnBuilder.extend` takes them), estimated with ``lam``."""
+def part_estimates(parts: Iterable[tuple[list[str], list[str], dict[str, np.ndarray]]],
+                   lam: float) -> tuple[TrajectoryColumns, Estimates]:
+    """The columns of a checked part, given in pieces (each its trajectories' ids, task ids and column arrays,
+    named as :meth:`ColumnBuilder.extend` takes them), and their estimates with ``lam``."""
     builder = ColumnBuilder()
     for ids, tasks, arrays in parts:
         builder.extend(ids, tasks, **arrays)
     cols = builder.build()
-    return list(json_lines.json_lines(cols, estimate_columns(cols, lam), connection.get()))
+    return cols, estimate_columns(cols, lam)
+
+
+def part_lines(parts: Iterable[tuple[list[str], list[str], dict[str, np.ndarray]]], lam: float,
+               connection: PartConnection) -> Lines:
+    """The lines of a checked part (see :func:`part_estimates`)."""
+    return list(json_lines.json_lines(*part_estimates(parts, lam), connection.get()))
+
+
+def later_lines(parts: Iterable[tuple[list[str], list[str], dict[str, np.ndarray]]], lam: float,
+                connection: PartConnection) -> Callable[[], Iterator[bytes | memoryview]]:
+    """The lines of a checked part, made when the result is called (:func:`~draligned.cess.json_lines.deferred`)."""
+    return json_lines.deferred(*part_estimates(parts, lam), connection.get())

@@ -4,7 +4,9 @@ fixture runs over both."""
 
 from __future__ import annotations
 
+import gc
 import random
+import weakref
 from dataclasses import replace
 
 import numpy as np
@@ -104,3 +106,18 @@ def test_the_compiled_writer_refuses_an_array_of_the_wrong_type_naming_it() -> N
                       ((ids, ids, rounds, (floats,) * 10, hidden, floats, np.zeros(n, np.float32)), "upper")):
         with pytest.raises(ValueError, match=rf"^{name}: expected 2 items of type"):
             jl.compiled_writer.write_lines(*bad)
+
+
+def test_deferred_lines_are_the_lines_and_keep_only_what_they_are_made_from(
+        estimated: tuple[TrajectoryColumns, Estimates], writer: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Made later, in pieces, they are the same bytes, and the estimates they were made from are let go (the
+    compiled writer's inputs are kept, or DuckDB's text, made at once)."""
+    cols, est = estimated
+    monkeypatch.setattr(jl, "PIECE", 64)
+    copied = replace(est, weights=replace(est.weights), support=replace(est.support))
+    later = jl.deferred(replace(cols), copied)
+    held = weakref.ref(copied)
+    del copied
+    gc.collect()
+    assert held() is None
+    assert b"".join(later()) == b"".join(later()) == _model(cols, est)
