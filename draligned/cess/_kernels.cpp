@@ -1,4 +1,5 @@
-// Compiled kernels of the columns path, each with a numpy or DuckDB twin that gives the same result without it:
+// Compiled kernels of the columns path, each but plain_spans with a numpy or DuckDB twin that gives the same result
+// without it:
 //
 // write_lines, the writer of draligned.cess.json_lines: the `cess estimate --json` lines of a run of estimates,
 // byte for byte what orjson.dumps writes for each row dict of column_estimators.estimate_rows (and pydantic's
@@ -17,6 +18,9 @@
 // check_flat, for draligned.cess.parquet_flat: every numeric rule of parquet_batch.check_batch over a flat-2 batch
 // (per row whether it is suspect) and the columns it gathers, in one pass over the rows without the GIL (numpy's
 // were about 30 passes over the batch); the rows it flags go to the full validator as before.
+//
+// plain_spans, for draligned.cess.parquet_flat: where each row's probabilities lie in a flat-2 column chunk of
+// uncompressed PLAIN pages, read from its page headers (no twin: any other chunk is decoded by pyarrow).
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -336,8 +340,9 @@ bool absent(const Buffer &absence, int64_t row) { return absence.size() != 0 && 
 // chosen_off[i]..; chosen_map takes a chosen id's code to its document code (-1: not a document id; a NULL id's
 // code is -1). Values are float64, NaN for NULL; a validity array holds one bool per value, or none when all are
 // there (ry_any: false when no round score is); y_absent, m_absent one per row (or none: no list NULL). Row i's
-// probabilities are the bytes p_start[i]..p_end[i] of p_bytes (T x N little-endian float64 in a well-shaped row, at
-// any alignment: an Arrow column's buffer, or the pages of a Parquet column chunk that plain_spans read). The outputs have one entry per
+// probabilities are the bytes p_start[i]..p_end[i] of p_bytes (T x N little-endian float64 in a well-shaped row,
+// at any alignment: an Arrow column's buffer, or the pages of a column chunk that plain_spans read). The outputs
+// have one entry per
 // row, per document (first_support is written only where a round lacks full support: the caller zeroes it) and
 // per round. A row with a round list or probabilities of another length is suspect and its rounds left out.
 PyObject *check_flat(PyObject *, PyObject *args) {
@@ -522,7 +527,10 @@ struct Compact {  // a Thrift compact-protocol reader over [at, end); ok turns f
         if (size == 0) break;
         if (at >= end) { ok = false; break; }
         const unsigned char kinds = *at++;
-        for (uint64_t k = 0; ok && k < size; k++) skip(kinds >> 4, depth + 1, false), skip(kinds & 15, depth + 1, false);
+        for (uint64_t k = 0; ok && k < size; k++) {
+          skip(kinds >> 4, depth + 1, false);
+          skip(kinds & 15, depth + 1, false);
+        }
         break;
       }
       case 12: fields(depth + 1, [](int, int) { return false; }); break;
