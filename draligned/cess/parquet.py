@@ -339,8 +339,11 @@ def open_checked(path: Path) -> tuple[pq.FileMetaData, bool, Callable[[int], dic
     for an unreadable file, an unknown layout or a wrong schema."""
     try:
         meta = pq.read_metadata(path)
-    except pa.ArrowException as exc:
-        raise TrajectoryError(0, "<file>", f"not a readable Parquet file ({exc})", where="file") from exc
+    except (FileNotFoundError, IsADirectoryError, PermissionError):
+        raise  # the file itself cannot be opened: the caller names it as any such file
+    except (pa.ArrowException, OSError) as exc:  # a footer pyarrow cannot deserialize is an OSError
+        raise TrajectoryError(0, "<file>", f"not a readable Parquet file ({str(exc).strip()})",
+                              where="file") from exc
     layout = (meta.metadata or {}).get(LAYOUT_KEY)
     if layout is not None and layout not in SCHEMAS:
         raise TrajectoryError(0, LAYOUT_KEY.decode(), f"unknown layout {layout!r} (this version reads "

@@ -478,3 +478,28 @@ def test_the_page_reader_stays_within_any_bytes_it_is_given(tmp_path: Path) -> N
             accepted += 1
             assert ((0 <= starts) & (starts <= ends) & (ends <= len(data))).all()
     assert accepted < len(tries)
+
+
+FOOTERS = [(lambda data: data[:100], "Parquet magic bytes not found in footer"),
+           (lambda data: data[:-8] + b"\xff" * 4 + data[-4:], "Parquet file size is"),
+           (lambda data: b"PAR1" + b"\xff" * 40 + (40).to_bytes(4, "little") + b"PAR1", "Couldn't deserialize thrift")]
+
+
+@pytest.mark.parametrize(("damage", "message"), FOOTERS, ids=["truncated", "footer length", "footer thrift"])
+def test_a_file_whose_footer_cannot_be_read_is_named_as_not_parquet(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], damage: Callable[[bytes], bytes], message: str) -> None:
+    good = _flat_file(tmp_path / "t.parquet", [flat_row(VALID)], schema=FLAT_SCHEMA)
+    bad = tmp_path / "bad.parquet"
+    bad.write_bytes(damage(good.read_bytes()))
+    with pytest.raises(TrajectoryError, match=rf"^file: <file>: not a readable Parquet file \({message}"):
+        load_parquet(bad)
+    assert main(["cess", "estimate", str(bad), "--json"]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {bad}: file: <file>: not a readable Parquet file ({message}")
+
+
+def test_a_missing_parquet_file_is_named_by_the_system_error(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(FileNotFoundError):
+        load_parquet(tmp_path / "absent.parquet")
+    assert main(["cess", "estimate", str(tmp_path / "absent.parquet")]) == 2
+    assert "No such file or directory" in capsys.readouterr().err
