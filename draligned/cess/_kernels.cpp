@@ -223,50 +223,60 @@ PyObject *write_lines(PyObject *, PyObject *args) {
   return result;
 }
 
+// Value i of float64s that start at `p`, at any alignment (an 8-byte load: a flat-2 row's probabilities read
+// where a Parquet page holds them start 4 bytes past a multiple of 8 every other row).
+inline double value_at(const unsigned char *p, int64_t i) {
+  double v;
+  std::memcpy(&v, p + 8 * i, 8);
+  return v;
+}
+
 // numpy's pairwise summation (loops_utils.h: DOUBLE_pairwise_sum), in its order, so that a round's sum is
 // bit for bit np.add.reduceat's: the first value, plus this sum of the rest.
-double pairwise_sum(const double *a, int64_t n) {
+double pairwise_sum(const unsigned char *a, int64_t n) {
   if (n < 8) {
     double res = -0.0;
-    for (int64_t i = 0; i < n; i++) res += a[i];
+    for (int64_t i = 0; i < n; i++) res += value_at(a, i);
     return res;
   }
   if (n <= 128) {
     double r[8];
-    for (int j = 0; j < 8; j++) r[j] = a[j];
+    for (int j = 0; j < 8; j++) r[j] = value_at(a, j);
     int64_t i = 8;
     for (; i < n - (n % 8); i += 8)
-      for (int j = 0; j < 8; j++) r[j] += a[i + j];
+      for (int j = 0; j < 8; j++) r[j] += value_at(a, i + j);
     double res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
-    for (; i < n; i++) res += a[i];
+    for (; i < n; i++) res += value_at(a, i);
     return res;
   }
   int64_t half = n / 2;
   half -= half % 8;
-  return pairwise_sum(a, half) + pairwise_sum(a + half, n - half);
+  return pairwise_sum(a, half) + pairwise_sum(a + 8 * half, n - half);
 }
 
-// The smallest of n values (NaN if one is NaN) and their sum as np.add.reduceat sums them, NaN for both if n = 0.
-// Eight running minima and numpy's eight partial sums: no chain of dependent compares or adds.
-void min_sum(const double *first, int64_t n, double &low, double &sum) {
+// The smallest of n float64s at `first` (NaN if one is NaN) and their sum as np.add.reduceat sums them, NaN for
+// both if n = 0. Eight running minima and numpy's eight partial sums: no chain of dependent compares or adds.
+void min_sum(const unsigned char *first, int64_t n, double &low, double &sum) {
   if (n <= 0) {
     low = sum = NAN;
     return;
   }
   double m[8];
   bool nan = false;
-  for (int j = 0; j < 8; j++) m[j] = first[0];
+  for (int j = 0; j < 8; j++) m[j] = value_at(first, 0);
   for (int64_t i = 0; i + 8 <= n; i += 8)
     for (int j = 0; j < 8; j++) {
-      nan |= first[i + j] != first[i + j];
-      m[j] = first[i + j] < m[j] ? first[i + j] : m[j];
+      const double v = value_at(first, i + j);
+      nan |= v != v;
+      m[j] = v < m[j] ? v : m[j];
     }
   for (int64_t i = n - n % 8; i < n; i++) {
-    nan |= first[i] != first[i];
-    m[0] = first[i] < m[0] ? first[i] : m[0];
+    const double v = value_at(first, i);
+    nan |= v != v;
+    m[0] = v < m[0] ? v : m[0];
   }
   low = nan ? NAN : std::min({m[0], m[1], m[2], m[3], m[4], m[5], m[6], m[7]});
-  sum = first[0] + pairwise_sum(first + 1, n - 1);
+  sum = value_at(first, 0) + pairwise_sum(first + 8, n - 1);
 }
 
 // round_min_sum(values, offsets, low, total): for each segment offsets[r]:offsets[r + 1] of values, its
@@ -296,7 +306,8 @@ PyObject *round_min_sum(PyObject *, PyObject *args) {
     const double *v = static_cast<const double *>(values.buf);
     double *lo = static_cast<double *>(low.buf), *sum = static_cast<double *>(total.buf);
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t r = 0; r < rounds; r++) min_sum(v + off[r], off[r + 1] - off[r], lo[r], sum[r]);
+    for (Py_ssize_t r = 0; r < rounds; r++)
+      min_sum(reinterpret_cast<const unsigned char *>(v + off[r]), off[r + 1] - off[r], lo[r], sum[r]);
     Py_END_ALLOW_THREADS
   }
   for (Py_buffer *view : {&values, &offsets, &low, &total})
@@ -393,13 +404,9 @@ PyObject *check_flat(PyObject *, PyObject *args) {
   // Allocated while the GIL is held, so that running out of memory raises MemoryError (a bad_alloc thrown with
   // the GIL released would end the process).
   std::vector<int64_t> stamp, where;  // the row that last held a code, and its first place there
-  std::vector<double> probs;          // one round's probabilities, of the widest row
   try {
     stamp.assign(size_t(std::max<Py_ssize_t>(n_codes, 0)), -1);
     where.resize(stamp.size());
-    int64_t widest = 0;
-    for (Py_ssize_t i = 0; i < b; i++) widest = std::max(widest, doc_off.data<int64_t>()[i + 1] - doc_off.data<int64_t>()[i]);
-    probs.resize(size_t(widest));
   } catch (const std::bad_alloc &) {
     return PyErr_NoMemory();
   }
@@ -447,11 +454,11 @@ PyObject *check_flat(PyObject *, PyObject *args) {
       const int32_t ci = idx[at];
       const int32_t c = ci >= 0 && ci < map_size ? map[ci] : -1;
       const int64_t j = c >= 0 && c < n_codes && stamp[size_t(c)] == i ? where[size_t(c)] : -1;
-      std::memcpy(probs.data(), bytes + p0 + k * n * 8, size_t(n) * 8);
+      const unsigned char *const probs = bytes + p0 + k * n * 8;  // the round's n probabilities
       double low, total;
-      min_sum(probs.data(), n, low, total);
+      min_sum(probs, n, low, total);
       const bool ry_there = ry_any && there(ry_valid, ry0 + k);
-      const double pj = j >= 0 ? probs[size_t(j)] : NAN, stop_k = s[s0 + k], ry_k = ry_there ? ry[ry0 + k] : NAN;
+      const double pj = j >= 0 ? value_at(probs, j) : NAN, stop_k = s[s0 + k], ry_k = ry_there ? ry[ry0 + k] : NAN;
       const double pool_y = j >= 0 ? dy[d0 + j] : NAN, y_k = ry_there ? ry_k : pool_y;
       suspect |= (j < 0) | !(low >= 0) | !(std::fabs(total - 1.0) <= sum_limit) | !(pj > 0) | !(stop_k >= 0) |
                  !(stop_k < 1) | ((k == 0) & (stop_k != 0)) | std::isnan(y_k) |
@@ -462,11 +469,8 @@ PyObject *check_flat(PyObject *, PyObject *args) {
     if (shaped && varying && all_chosen) {  // rare: a zero probability somewhere; each document's first positive round
       for (int64_t q = 0; q < n; q++) {
         int64_t round = INT64_MAX;  // columns.NEVER
-        for (int64_t k = 0; k < t && round == INT64_MAX; k++) {
-          double v;
-          std::memcpy(&v, bytes + p0 + (k * n + q) * 8, 8);
-          if (v > 0) round = k;
-        }
+        for (int64_t k = 0; k < t && round == INT64_MAX; k++)
+          if (value_at(bytes + p0, k * n + q) > 0) round = k;
         first_o[d0 + q] = round;
       }
     }
