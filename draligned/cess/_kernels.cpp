@@ -52,6 +52,38 @@ char *put(char *out, std::string_view text) {
   return out + text.size();
 }
 
+constexpr char PAIRS[201] =  // "00" .. "99"
+    "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+    "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+    "8081828384858687888990919293949596979899";
+
+// The decimal digits of v (v < 10^20) at out, from its first nonzero one (one "0" for 0), and their number.
+// Twenty digits are made, zero-padded, in blocks of two, then the leading zeros skipped: half of to_chars' time
+// for a double's 15 to 17 digits (20 bytes are written at out).
+int put_digits(char *out, uint64_t v) {
+  static constexpr uint64_t POWERS[20] = {
+      1ull, 10ull, 100ull, 1000ull, 10000ull, 100000ull, 1000000ull, 10000000ull, 100000000ull, 1000000000ull,
+      10000000000ull, 100000000000ull, 1000000000000ull, 10000000000000ull, 100000000000000ull,
+      1000000000000000ull, 10000000000000000ull, 100000000000000000ull, 1000000000000000000ull,
+      10000000000000000000ull};
+  char padded[40] = {};
+  const uint64_t blocks[3] = {v / 10000000000000000ull, v / 100000000ull % 100000000ull, v % 100000000ull};
+  std::memcpy(padded, PAIRS + 2 * (blocks[0] / 100), 2);  // the top block is below 1845
+  std::memcpy(padded + 2, PAIRS + 2 * (blocks[0] % 100), 2);
+  for (int b = 1; b < 3; b++) {
+    const auto eight = uint32_t(blocks[b]), high = eight / 10000, low = eight % 10000;
+    char *at = padded + 4 + 8 * (b - 1);
+    std::memcpy(at, PAIRS + 2 * (high / 100), 2);
+    std::memcpy(at + 2, PAIRS + 2 * (high % 100), 2);
+    std::memcpy(at + 4, PAIRS + 2 * (low / 100), 2);
+    std::memcpy(at + 6, PAIRS + 2 * (low % 100), 2);
+  }
+  const int guess = ((64 - __builtin_clzll(v | 1)) * 1233) >> 12;  // floor(log10(2^bits)): the count or one less
+  const int count = guess + ((v | 1) >= POWERS[guess]);
+  std::memcpy(out, padded + 20 - count, 20);
+  return count;
+}
+
 // A finite double as the ryu crate's format64 writes it (orjson's floats): Dragonbox's shortest round-trip
 // digits (the digits of Ryu and std::to_chars, in a quarter of to_chars' time), laid out with copies of fixed
 // size (up to OVERRUN bytes past the text written: the caller's buffer has them to spare).
@@ -60,7 +92,7 @@ char *put_float(char *out, double value) {
   const auto decimal = jkj::dragonbox::to_decimal(value);  // significand × 10^exponent, no trailing zeros
   if (decimal.is_negative) *out++ = '-';
   char digits[40];  // at most 17 digits; the rest is read by the fixed-size copies only
-  const int length = int(std::to_chars(digits, digits + 20, decimal.significand).ptr - digits);
+  const int length = put_digits(digits, decimal.significand);
   const int kk = decimal.exponent + length;  // the value is 0.digits × 10^kk
   if (length <= kk && kk <= 16) {  // 1234e7 -> 12340000000.0
     std::memcpy(out, digits, 20);
