@@ -97,8 +97,11 @@ def json_lines(cols: TrajectoryColumns, est: Estimates,
     return _duckdb_lines(cols, est, con)
 
 
-def deferred(cols: TrajectoryColumns, est: Estimates,
-             con: duckdb.DuckDBPyConnection | None = None) -> Callable[[], Iterator[bytes | memoryview]]:
+Later = Callable[[], Iterator[bytes | memoryview]]
+"""Lines to be made when called (:func:`deferred`)."""
+
+
+def deferred(cols: TrajectoryColumns, est: Estimates, con: duckdb.DuckDBPyConnection | None = None) -> Later:
     """The lines of the estimates, to be written later (by a call of the result, in any thread): with the
     compiled writer only its inputs are kept, about a quarter of the text's memory (10^6 rows: 105 MB, not
     420), and the text is made at the call; DuckDB's text is made at once (``con`` as :func:`json_lines`)."""

@@ -4,32 +4,29 @@ Loading every column first (:func:`draligned.cess.parquet.load_parquet`), then e
 the 10^6 lines runs the last two steps on one core and touches 0.8 GB of fresh memory for the columns.
 The estimators and the JSON lines are per trajectory, so each row group is decoded, checked and
 estimated in one task (one thread per core; pyarrow, numpy and DuckDB release the GIL), and only what its
-lines are made from is kept: the text, a quarter more of fresh memory to touch, is made when the lines are
-taken, again one thread per core (with DuckDB as the writer, in the task). Nothing is printed before the
-whole file is checked: the suspect
-rows and repeated ids of every group go to the same full validator as :func:`load_parquet`, in row
-order, so an invalid file fails with the same error and no output. A batch with a suspect row that
-the validator then accepts (a sum just within tolerance) is estimated after the check. The lines are
-byte for byte those of :func:`~draligned.cess.json_lines.json_lines` over the whole file (the
-estimators compute each trajectory's sums alone, ``tests/cess/test_parquet_lines.py``).
+lines are made from is kept: the text, four times as much fresh memory to touch, is made when the lines
+are taken, again one thread per core (with DuckDB as the writer, in the task). Nothing is printed before
+the whole file is checked: the suspect rows and repeated ids of every group go to the same full validator
+as :func:`load_parquet`, in row order, so an invalid file fails with the same error and no output. A batch
+with a suspect row that the validator then accepts (a sum just within tolerance) is estimated after the
+check. The lines are byte for byte those of :func:`~draligned.cess.json_lines.json_lines` over the whole
+file (the estimators compute each trajectory's sums alone, ``tests/cess/test_parquet_lines.py``).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 
 import pyarrow.parquet as pq
 
 from draligned.cess.columns import ColumnCount
+from draligned.cess.json_lines import Later
 from draligned.cess.parquet import RowChecks, checked_group, counted, in_groups, metadata_counts, open_checked
 from draligned.cess.parquet_batch import Checked
 from draligned.cess.part_lines import Lines, PartConnection, later_lines
-
-Later = Callable[[], Iterator[bytes | memoryview]]
-"""A checked batch's lines, made when called (:func:`~draligned.cess.part_lines.later_lines`)."""
 
 
 def _part(part: Checked, lam: float, connection: PartConnection) -> Later:

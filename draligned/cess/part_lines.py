@@ -10,7 +10,7 @@ step as the Parquet row groups of :mod:`draligned.cess.parquet_lines`).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -67,6 +67,6 @@ def part_lines(parts: Iterable[tuple[list[str], list[str], dict[str, np.ndarray]
 
 
 def later_lines(parts: Iterable[tuple[list[str], list[str], dict[str, np.ndarray]]], lam: float,
-                connection: PartConnection) -> Callable[[], Iterator[bytes | memoryview]]:
+                connection: PartConnection) -> json_lines.Later:
     """The lines of a checked part, made when the result is called (:func:`~draligned.cess.json_lines.deferred`)."""
     return json_lines.deferred(*part_estimates(parts, lam), connection.get())
