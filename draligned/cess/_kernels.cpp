@@ -189,61 +189,83 @@ struct Buffer {  // a read-only C-contiguous 1-d buffer of n items of one size
   }
 };
 
-bool utf8(PyObject *list, Py_ssize_t i, std::vector<std::string_view> &out, size_t &bound) {
-  Py_ssize_t size;
-  const char *text = PyUnicode_AsUTF8AndSize(PyList_GET_ITEM(list, i), &size);
-  if (text == nullptr) return false;
-  out.emplace_back(text, size_t(size));
-  bound += 6 * size_t(size) + 2;
-  return true;
-}
+// The estimates of n rows, as write_lines and the table's kernels take them: ids and tasks (lists of str, their
+// UTF-8 read with the GIL held and owned by the lists), rounds (int64), the N_NUMBERS float64 arrays of
+// json_lines.NUMBERS, hidden (bool: the support interval applies, the point estimates are not given) and the
+// interval's bounds (float64).
+struct Rows {
+  Py_ssize_t n = 0;
+  Buffer rounds, hidden, lower, upper, numbers[N_NUMBERS];
+  std::vector<std::string_view> ids, tasks;
+  size_t text = 0;  // the ids' and tasks' UTF-8 bytes
+
+  bool take(PyObject *ids_obj, PyObject *tasks_obj, PyObject *rounds_obj, PyObject *numbers_obj, PyObject *hidden_obj,
+            PyObject *lower_obj, PyObject *upper_obj) {
+    if (!PyList_Check(ids_obj) || !PyList_Check(tasks_obj) || !PyTuple_Check(numbers_obj)) {
+      PyErr_SetString(PyExc_TypeError, "ids and tasks must be lists, numbers a tuple");
+      return false;
+    }
+    n = PyList_GET_SIZE(ids_obj);
+    if (PyList_GET_SIZE(tasks_obj) != n || PyTuple_GET_SIZE(numbers_obj) != N_NUMBERS) {
+      PyErr_SetString(PyExc_ValueError, "ids and tasks must be as long, and numbers hold 10 arrays");
+      return false;
+    }
+    if (!rounds.take(rounds_obj, "lq", 8, n, "rounds") || !hidden.take(hidden_obj, "?", 1, n, "hidden") ||
+        !lower.take(lower_obj, "d", 8, n, "lower") || !upper.take(upper_obj, "d", 8, n, "upper"))
+      return false;
+    for (int k = 0; k < N_NUMBERS; k++)
+      if (!numbers[k].take(PyTuple_GET_ITEM(numbers_obj, k), "d", 8, n, "numbers")) return false;
+    ids.reserve(size_t(n)), tasks.reserve(size_t(n));
+    for (Py_ssize_t i = 0; i < n; i++)
+      if (!utf8(ids_obj, i, ids) || !utf8(tasks_obj, i, tasks)) return false;
+    return true;
+  }
+  double number(int k, Py_ssize_t i) const { return numbers[k].data<double>()[i]; }
+  bool hides(Py_ssize_t i) const { return hidden.data<bool>()[i]; }
+
+ private:
+  bool utf8(PyObject *list, Py_ssize_t i, std::vector<std::string_view> &out) {
+    Py_ssize_t size;
+    const char *chars = PyUnicode_AsUTF8AndSize(PyList_GET_ITEM(list, i), &size);
+    if (chars == nullptr) return false;
+    out.emplace_back(chars, size_t(size));
+    text += size_t(size);
+    return true;
+  }
+};
 
 PyObject *write_lines(PyObject *, PyObject *args) {
   PyObject *ids, *tasks, *rounds_obj, *numbers_obj, *hidden_obj, *lower_obj, *upper_obj;
-  if (!PyArg_ParseTuple(args, "O!O!OO!OOO", &PyList_Type, &ids, &PyList_Type, &tasks, &rounds_obj, &PyTuple_Type,
-                        &numbers_obj, &hidden_obj, &lower_obj, &upper_obj))
+  Rows rows;
+  if (!PyArg_ParseTuple(args, "OOOOOOO", &ids, &tasks, &rounds_obj, &numbers_obj, &hidden_obj, &lower_obj,
+                        &upper_obj) ||
+      !rows.take(ids, tasks, rounds_obj, numbers_obj, hidden_obj, lower_obj, upper_obj))
     return nullptr;
-  Py_ssize_t n = PyList_GET_SIZE(ids);
-  if (PyList_GET_SIZE(tasks) != n || PyTuple_GET_SIZE(numbers_obj) != N_NUMBERS) {
-    PyErr_SetString(PyExc_ValueError, "ids and tasks must be as long, and numbers hold 10 arrays");
-    return nullptr;
-  }
-  Buffer rounds, hidden, lower, upper, numbers[N_NUMBERS];
-  if (!rounds.take(rounds_obj, "lq", 8, n, "rounds") || !hidden.take(hidden_obj, "?", 1, n, "hidden") ||
-      !lower.take(lower_obj, "d", 8, n, "lower") || !upper.take(upper_obj, "d", 8, n, "upper"))
-    return nullptr;
-  for (int k = 0; k < N_NUMBERS; k++)
-    if (!numbers[k].take(PyTuple_GET_ITEM(numbers_obj, k), "d", 8, n, "numbers")) return nullptr;
-  std::vector<std::string_view> id_text, task_text;
-  id_text.reserve(size_t(n)), task_text.reserve(size_t(n));
-  size_t bound = size_t(n) * (FIXED + MAX_INT + (N_NUMBERS + 2) * MAX_FLOAT);
-  for (Py_ssize_t i = 0; i < n; i++)
-    if (!utf8(ids, i, id_text, bound) || !utf8(tasks, i, task_text, bound)) return nullptr;
+  const Py_ssize_t n = rows.n;  // a string's escapes take at most 6 bytes per byte, and its quotes 2
+  const size_t bound = size_t(n) * (FIXED + MAX_INT + (N_NUMBERS + 2) * MAX_FLOAT + 4) + 6 * rows.text;
   PyObject *result = PyBytes_FromStringAndSize(nullptr, Py_ssize_t(bound + OVERRUN));
   if (result == nullptr) return nullptr;
   char *const start = PyBytes_AS_STRING(result);
   char *out = start;
   Py_BEGIN_ALLOW_THREADS
-  const double *values[N_NUMBERS];
-  for (int k = 0; k < N_NUMBERS; k++) values[k] = numbers[k].data<double>();
-  const bool *hide = hidden.data<bool>();
   for (Py_ssize_t i = 0; i < n; i++) {
+    const bool hide = rows.hides(i);
     out = put(out, "{\"trajectory_id\":");
-    out = put_string(out, id_text[size_t(i)]);
+    out = put_string(out, rows.ids[size_t(i)]);
     out = put(out, ",\"task_id\":");
-    out = put_string(out, task_text[size_t(i)]);
+    out = put_string(out, rows.tasks[size_t(i)]);
     out = put(out, ",\"rounds\":");
-    out = std::to_chars(out, out + MAX_INT, rounds.data<int64_t>()[i]).ptr;
+    out = std::to_chars(out, out + MAX_INT, rows.rounds.data<int64_t>()[i]).ptr;
     for (int k = 0; k < N_NUMBERS; k++) {
       out = put(out, KEYS[k]);
-      out = hide[i] && k >= N_POINTS_FROM && k < N_POINTS_TO ? put(out, "null") : put_number(out, values[k][i]);
+      out = hide && k >= N_POINTS_FROM && k < N_POINTS_TO ? put(out, "null") : put_number(out, rows.number(k, i));
     }
     out = put(out, ",\"support_interval\":");
-    if (hide[i]) {
+    if (hide) {
       *out++ = '[';
-      out = put_number(out, lower.data<double>()[i]);
+      out = put_number(out, rows.lower.data<double>()[i]);
       *out++ = ',';
-      out = put_number(out, upper.data<double>()[i]);
+      out = put_number(out, rows.upper.data<double>()[i]);
       *out++ = ']';
     } else {
       out = put(out, "null");
@@ -251,6 +273,118 @@ PyObject *write_lines(PyObject *, PyObject *args) {
     out = put(out, "}\n");
   }
   Py_END_ALLOW_THREADS
+  if (_PyBytes_Resize(&result, out - start) != 0) return nullptr;
+  return result;
+}
+
+// The rows of the `cess estimate` table, as the CLI's _table writes them over column_estimators.estimate_rows:
+// per row the id, the task, the rounds, the ten numbers (Python's f"{v:.4f}"; "-" for a point estimate where
+// the support interval applies, and for an unknown theta*) and the interval ("[lo, hi]", or "-"), each
+// right-aligned to its column's width in characters (code points, as str.rjust counts them), two spaces apart.
+constexpr int N_CELLS = 14;
+constexpr int THETA = 9;           // theta_star among the numbers: "-" when NaN (unknown Y)
+constexpr size_t MAX_FIXED = 330;  // f"{v:.4f}" of a double: at most 309 integer digits, a sign, "." and 4
+
+char *put_fixed(char *out, double v) {  // Python's f"{v:.4f}": correctly rounded, "-0.0000", "nan", "inf"
+  if (std::isnan(v)) return put(out, "nan");
+  if (std::isinf(v)) return put(out, v < 0 ? "-inf" : "inf");
+  return std::to_chars(out, out + MAX_FIXED, v, std::chars_format::fixed, 4).ptr;
+}
+
+size_t code_points(std::string_view text) {
+  size_t count = 0;
+  for (unsigned char c : text) count += (c & 0xC0) != 0x80;
+  return count;
+}
+
+// Cell c of row i: a string of the rows (ids, tasks), or the text made in scratch (2 * MAX_FIXED + 4 bytes).
+std::string_view table_cell(const Rows &rows, int c, Py_ssize_t i, char *scratch) {
+  if (c == 0) return rows.ids[size_t(i)];
+  if (c == 1) return rows.tasks[size_t(i)];
+  char *end = scratch;
+  if (c == 2) {
+    end = std::to_chars(scratch, scratch + MAX_INT, rows.rounds.data<int64_t>()[i]).ptr;
+  } else if (c < 3 + N_NUMBERS) {
+    const int k = c - 3;
+    const double v = rows.number(k, i);
+    const bool absent = (rows.hides(i) && k >= N_POINTS_FROM && k < N_POINTS_TO) || (k == THETA && std::isnan(v));
+    end = absent ? put(scratch, "-") : put_fixed(scratch, v);
+  } else if (rows.hides(i)) {
+    *end++ = '[';
+    end = put_fixed(end, rows.lower.data<double>()[i]);
+    end = put(end, ", ");
+    end = put_fixed(end, rows.upper.data<double>()[i]);
+    *end++ = ']';
+  } else {
+    end = put(scratch, "-");
+  }
+  return {scratch, size_t(end - scratch)};
+}
+
+// table_widths(ids, tasks, rounds, numbers, hidden, lower, upper, widths): widths (N_CELLS int64) raised to
+// the widest cell of each column among the rows.
+PyObject *table_widths(PyObject *, PyObject *args) {
+  PyObject *in[7], *widths_obj;
+  Rows rows;
+  Buffer widths;
+  if (!PyArg_ParseTuple(args, "OOOOOOOO", &in[0], &in[1], &in[2], &in[3], &in[4], &in[5], &in[6], &widths_obj) ||
+      !rows.take(in[0], in[1], in[2], in[3], in[4], in[5], in[6]) ||
+      !widths.take(widths_obj, "lq", 8, N_CELLS, "widths", true))
+    return nullptr;
+  int64_t *const width = widths.out<int64_t>();
+  Py_BEGIN_ALLOW_THREADS
+  char scratch[2 * MAX_FIXED + 4];
+  for (Py_ssize_t i = 0; i < rows.n; i++)
+    for (int c = 0; c < N_CELLS; c++)
+      width[c] = std::max(width[c], int64_t(code_points(table_cell(rows, c, i, scratch))));
+  Py_END_ALLOW_THREADS
+  Py_RETURN_NONE;
+}
+
+// write_table(ids, tasks, rounds, numbers, hidden, lower, upper, widths) -> bytes: the rows' lines, each cell
+// right-aligned to its column's width, each line ending in "\n".
+PyObject *write_table(PyObject *, PyObject *args) {
+  PyObject *in[7], *widths_obj;
+  Rows rows;
+  Buffer widths;
+  if (!PyArg_ParseTuple(args, "OOOOOOOO", &in[0], &in[1], &in[2], &in[3], &in[4], &in[5], &in[6], &widths_obj) ||
+      !rows.take(in[0], in[1], in[2], in[3], in[4], in[5], in[6]) ||
+      !widths.take(widths_obj, "lq", 8, N_CELLS, "widths", false))
+    return nullptr;
+  const int64_t *const width = widths.data<int64_t>();
+  size_t line = 2 * (N_CELLS - 1) + 1;
+  for (int c = 0; c < N_CELLS; c++) {
+    if (width[c] < 0 || width[c] > (int64_t(1) << 20)) {
+      PyErr_SetString(PyExc_ValueError, "write_table: widths outside 0..2^20");
+      return nullptr;
+    }
+    line += size_t(width[c]);
+  }  // every cell fits its column (checked below), so a line is at most `line` plus its strings' extra bytes
+  PyObject *result = PyBytes_FromStringAndSize(nullptr, Py_ssize_t(size_t(rows.n) * line + rows.text));
+  if (result == nullptr) return nullptr;
+  char *const start = PyBytes_AS_STRING(result);
+  char *out = start;
+  bool fits = true;
+  Py_BEGIN_ALLOW_THREADS
+  char scratch[2 * MAX_FIXED + 4];
+  for (Py_ssize_t i = 0; i < rows.n && fits; i++) {
+    for (int c = 0; c < N_CELLS && fits; c++) {
+      const std::string_view cell = table_cell(rows, c, i, scratch);
+      const int64_t pad = width[c] - int64_t(code_points(cell));
+      fits = pad >= 0;
+      if (!fits) break;
+      if (c) out = put(out, "  ");
+      std::memset(out, ' ', size_t(pad));
+      out = put(out + pad, cell);
+    }
+    *out++ = '\n';
+  }
+  Py_END_ALLOW_THREADS
+  if (!fits) {
+    Py_DECREF(result);
+    PyErr_SetString(PyExc_ValueError, "write_table: a cell is wider than its column (measure with table_widths)");
+    return nullptr;
+  }
   if (_PyBytes_Resize(&result, out - start) != 0) return nullptr;
   return result;
 }
@@ -666,6 +800,12 @@ PyMethodDef methods[] = {
      "write_lines(ids, tasks, rounds, numbers, hidden, lower, upper) -> bytes: the JSON lines of n estimates "
      "(ids, tasks: lists of str; rounds: int64; numbers: a tuple of the 10 float64 arrays of json_lines.NUMBERS; "
      "hidden: bool, the support interval applies; lower, upper: float64)."},
+    {"table_widths", table_widths, METH_VARARGS,
+     "table_widths(ids, tasks, rounds, numbers, hidden, lower, upper, widths) -> None: each column's widest cell "
+     "of the `cess estimate` table among the rows, into widths (14 int64, raised where a cell is wider)."},
+    {"write_table", write_table, METH_VARARGS,
+     "write_table(ids, tasks, rounds, numbers, hidden, lower, upper, widths) -> bytes: the rows' lines of the "
+     "`cess estimate` table, each cell right-aligned to its column's width (14 int64), each line ending in a newline."},
     {"round_min_sum", round_min_sum, METH_VARARGS,
      "round_min_sum(values, offsets, low, total) -> None: each segment's minimum (NaN if it holds a NaN or is "
      "empty) and sum (NaN if empty) of float64 values at int64 offsets, into the float64 arrays low and total."},

@@ -1,6 +1,6 @@
 """Compiled kernels of the columns path (``_kernels.cpp``): the writer of draligned.cess.json_lines, the
-probability sums of draligned.cess.parquet_batch, and the page reader and the check of a flat-2 batch of
-draligned.cess.parquet_flat."""
+probability sums of draligned.cess.parquet_batch, the page reader and the check of a flat-2 batch of
+draligned.cess.parquet_flat, and the table of draligned.cess.estimate_table."""
 
 from typing import Any
 
@@ -26,3 +26,11 @@ def check_flat(budget: np.ndarray, doc_off: np.ndarray, doc_codes: np.ndarray, n
 def plain_spans(chunk: Any, starts: np.ndarray, ends: np.ndarray, /) -> bool:
     """Each value's byte span in a column chunk of uncompressed PLAIN pages of a REQUIRED BYTE_ARRAY column, into
     ``starts`` and ``ends``; False for pages of any other kind (``_kernels.cpp``)."""
+
+def table_widths(ids: list[str], tasks: list[str], rounds: np.ndarray, numbers: tuple[np.ndarray, ...],
+                 hidden: np.ndarray, lower: np.ndarray, upper: np.ndarray, widths: np.ndarray, /) -> None:
+    """Each column's widest cell of the `cess estimate` table among the rows, into ``widths`` (14 int64)."""
+
+def write_table(ids: list[str], tasks: list[str], rounds: np.ndarray, numbers: tuple[np.ndarray, ...],
+                hidden: np.ndarray, lower: np.ndarray, upper: np.ndarray, widths: np.ndarray, /) -> bytes:
+    """The rows' lines of the `cess estimate` table, each cell right-aligned to its column's width."""

@@ -93,7 +93,7 @@ def json_lines(cols: TrajectoryColumns, est: Estimates,
     write them with when the compiled writer is not built, e.g. one per thread for many small parts; its
     start costs 30-50 ms)."""
     if compiled_writer is not None:
-        return _WriterInputs.of(cols, est).lines()
+        return WriterInputs.of(cols, est).lines()
     return _duckdb_lines(cols, est, con)
 
 
@@ -108,14 +108,19 @@ def deferred(cols: TrajectoryColumns, est: Estimates, con: duckdb.DuckDBPyConnec
     if compiled_writer is None:
         lines = list(_duckdb_lines(cols, est, con))
         return lambda: iter(lines)
-    inputs = _WriterInputs.of(cols, est)
+    inputs = WriterInputs.of(cols, est)
     return inputs.lines
 
 
+Piece = tuple[list[str], list[str], np.ndarray, tuple[np.ndarray, ...], np.ndarray, np.ndarray, np.ndarray]
+"""A run of rows as the compiled kernels take them: ids, task ids, rounds, numbers, hidden, lower, upper."""
+
+
 @dataclass(frozen=True)
-class _WriterInputs:
-    """What the compiled writer takes for a run of rows: ids, task ids, rounds, the :data:`NUMBERS`, whether
-    the support interval applies, and its bounds (contiguous arrays, none a view of the estimates)."""
+class WriterInputs:
+    """What the compiled writers (the lines; the table, :mod:`draligned.cess.estimate_table`) take for a run of
+    rows: ids, task ids, rounds, the :data:`NUMBERS`, whether the support interval applies, and its bounds
+    (contiguous arrays, none a view of the estimates)."""
 
     ids: list[str]
     tasks: list[str]
@@ -126,7 +131,7 @@ class _WriterInputs:
     upper: np.ndarray
 
     @classmethod
-    def of(cls, cols: TrajectoryColumns, est: Estimates) -> _WriterInputs:
+    def of(cls, cols: TrajectoryColumns, est: Estimates) -> WriterInputs:
         numbers = [getattr(est, name) for name in NUMBERS[:7]] + [est.weights.ess, est.weights.max_weight,
                                                                   est.theta_star]
         return cls(cols.trajectory_id, cols.task_id, np.ascontiguousarray(cols.n_rounds, np.int64),
@@ -134,13 +139,17 @@ class _WriterInputs:
                    np.ascontiguousarray(est.support.applies, bool), np.ascontiguousarray(est.support.lower, float),
                    np.ascontiguousarray(est.support.upper, float))
 
-    def lines(self) -> Iterator[bytes]:
-        """The lines, :data:`PIECE` rows per call of the writer."""
+    def pieces(self) -> Iterator[Piece]:
+        """The inputs in runs of :data:`PIECE` rows, as the compiled kernels take them."""
         for lo in range(0, len(self.ids), PIECE):
             part = slice(lo, lo + PIECE)
-            yield compiled_writer.write_lines(self.ids[part], self.tasks[part], self.rounds[part],
-                                              tuple(a[part] for a in self.numbers), self.hidden[part],
-                                              self.lower[part], self.upper[part])
+            yield (self.ids[part], self.tasks[part], self.rounds[part], tuple(a[part] for a in self.numbers),
+                   self.hidden[part], self.lower[part], self.upper[part])
+
+    def lines(self) -> Iterator[bytes]:
+        """The lines, :data:`PIECE` rows per call of the writer."""
+        for piece in self.pieces():
+            yield compiled_writer.write_lines(*piece)
 
 
 def model_line(row: dict[str, object]) -> bytes:

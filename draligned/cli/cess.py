@@ -49,26 +49,13 @@ def _interval(bounds: tuple[float, float]) -> str:
     return f"[{bounds[0]:.4f}, {bounds[1]:.4f}]"
 
 
-def _estimate_table(reports: Sequence[dict[str, Any]]) -> str:
-    headers = (
-        "trajectory",
-        "task",
-        "T",
-        "opened",
-        "OR",
-        "IPW",
-        "DR",
-        "CESS",
-        "CESS13",
-        "CESS12",
-        "ESS",
-        "max_w",
-        "theta*",
-        "support interval",
-    )
+def estimate_table(reports: Sequence[dict[str, Any]]) -> str:
+    """The `cess estimate` table in Python (without the extension, whose writer gives the same text)."""
+    from draligned.cess.estimate_table import HEADERS
+
     rows = [(*list(r.values())[:-1], None if r["support_interval"] is None else _interval(r["support_interval"]))
             for r in reports]
-    return _table(headers, rows)
+    return _table(HEADERS, rows)
 
 
 def trajectory_format(path: Path, given: str | None) -> Literal["jsonl", "parquet"]:
@@ -93,6 +80,7 @@ def _run_estimate(args: argparse.Namespace) -> int:
     # trajectory_format, and each command imports only what it runs (draligned/cli/__init__.py).
     from draligned.cess.column_estimators import estimate_columns, estimate_rows
     from draligned.cess.estimate_file import estimate_lines, load_file
+    from draligned.cess.estimate_table import table_text
     from draligned.cess.trajectory_rules import TrajectoryError
 
     fmt = trajectory_format(path, args.format)
@@ -115,7 +103,15 @@ def _run_estimate(args: argparse.Namespace) -> int:
         f"CESS lambda = {args.lam}; CESS = Eq. 9, CESS13 = Eq. 13, CESS12 = Eq. 12; "
         "point estimates are omitted where the support interval (Eq. 10) applies"
     )
-    print(_estimate_table(list(estimate_rows(columns, estimate_columns(columns, args.lam)))))
+    estimates = estimate_columns(columns, args.lam)
+    if (text := table_text(columns, estimates)) is None:
+        print(estimate_table(list(estimate_rows(columns, estimates))))
+        return 0
+    sys.stdout.flush()
+    out = getattr(sys.stdout, "buffer", None)
+    for piece in text:
+        out.write(piece) if out is not None else sys.stdout.write(piece.decode())
+    sys.stdout.flush()
     return 0
 
 

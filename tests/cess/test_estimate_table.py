@@ -1,0 +1,70 @@
+"""The `cess estimate` table through the compiled writer: the same text as the CLI's table in Python over
+``estimate_rows``, for every kind of cell (estimates not given, unknown targets, NaN, infinities, -0, wide
+numbers, ids of every width and alphabet)."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+import numpy as np
+import orjson
+import pytest
+
+from draligned.cess import estimate_table, json_lines
+from draligned.cess.column_estimators import estimate_columns, estimate_rows
+from draligned.cess.columns import TrajectoryColumns
+from draligned.cess.estimates import Estimates
+from draligned.cess.fastload import load_columns
+from draligned.cli.cess import estimate_table as python_table
+from tests.cess.test_columns import varied_trajectory
+
+pytestmark = pytest.mark.skipif(json_lines.compiled_writer is None, reason="the optional extension is not built")
+
+
+@pytest.fixture(scope="module")
+def estimated(tmp_path_factory: pytest.TempPathFactory) -> tuple[TrajectoryColumns, Estimates]:
+    rng = random.Random(12)
+    path = tmp_path_factory.mktemp("table") / "t.jsonl"
+    path.write_bytes(b"".join(orjson.dumps(varied_trajectory(rng, i)) + b"\n" for i in range(300)))
+    cols = load_columns(path)
+    return cols, estimate_columns(cols, 0.5)
+
+
+def _compiled(cols: TrajectoryColumns, est: Estimates) -> str:
+    text = estimate_table.table_text(cols, est)
+    assert text is not None
+    return b"".join(text).decode()
+
+
+def test_the_table_is_the_python_tables_text(estimated: tuple[TrajectoryColumns, Estimates],
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    cols, est = estimated
+    assert est.support.applies.any() and not est.support.applies.all() and np.isnan(est.theta_star).any()
+    monkeypatch.setattr(json_lines, "PIECE", 32)  # several pieces, the widths over all of them
+    assert _compiled(cols, est) == python_table(list(estimate_rows(cols, est))) + "\n"
+
+
+def test_every_kind_of_number_and_id_is_written_as_python_writes_it(
+        estimated: tuple[TrajectoryColumns, Estimates]) -> None:
+    cols, est = estimated
+    n, rng = len(cols), np.random.default_rng(3)
+    values = rng.uniform(-1, 1, (12, n)) * 10.0 ** rng.integers(-6, 20, (12, n))
+    edges = [0.0, -0.0, -1e-9, 0.00005, -0.00005, 9.99995, 0.99995, np.nan, np.inf, -np.inf, 1e300, -1e-300, 123.45675]
+    for k, edge in enumerate(edges):
+        values[:, k * 3 + 1] = edge
+    wild = replace(est, opened_mean=values[0], outcome_regression=values[1], ipw_raw=values[2], dr_raw=values[3],
+                   cess=values[4], cess_clip_then_shrink=values[5], cess_opened_anchor=values[6],
+                   theta_star=values[11], weights=replace(est.weights, ess=values[7], max_weight=values[8]),
+                   support=replace(est.support, lower=values[9], upper=values[10]))
+    names = ["é", "日本語", "a" * 40, "x\u0301", "\U0001f600", "tab\there", "", "z"]
+    named = replace(cols, trajectory_id=[names[i % len(names)] + str(i) for i in range(n)],
+                    task_id=[names[(3 * i) % len(names)] for i in range(n)])
+    assert _compiled(named, wild) == python_table(list(estimate_rows(named, wild))) + "\n"
+
+
+def test_a_column_narrower_than_its_cells_is_refused(estimated: tuple[TrajectoryColumns, Estimates]) -> None:
+    cols, est = estimated
+    piece = next(json_lines.WriterInputs.of(cols, est).pieces())
+    with pytest.raises(ValueError, match="a cell is wider than its column"):
+        json_lines.compiled_writer.write_table(*piece, np.ones(14, np.int64))
