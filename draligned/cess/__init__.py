@@ -15,9 +15,11 @@ One concept per module:
 - ``parquet_batch`` the vectorised checks of one Arrow batch of trajectories (Parquet; numpy views)
 - ``estimate_file`` ``cess estimate FILE``: the reader and the pipeline for the file's format
 - ``jsonl_lines``, ``parquet_lines`` ``cess estimate --json`` as one pipeline over a file's ranges or row groups
+  (``parquet_lines`` makes the table too)
 - ``part_lines``  the estimates and lines of one checked part, where it was checked
 - ``json_lines``  the ``--json`` lines in the record's own bytes (``_kernels.cpp``: the optional compiled writer
   and round-sum check)
+- ``estimate_table`` the table ``cess estimate`` prints without ``--json`` (the extension's two passes)
 - ``estimates``   the estimators' results as arrays, the score bounds and the three CESS combinations
 - ``estimators``  Opened Mean, OR, sequential IPW and DR (Eq. 6), CESS (Eqs. 9, 12, 13), intervals (Eq. 10)
 - ``column_estimators`` the same estimators as segment sums over ``columns``

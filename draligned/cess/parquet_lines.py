@@ -16,63 +16,104 @@ file (the estimators compute each trajectory's sums alone, ``tests/cess/test_par
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
+from typing import TypeVar
 
 import pyarrow.parquet as pq
 
-from draligned.cess.columns import ColumnCount
-from draligned.cess.json_lines import Later
+from draligned.cess.columns import ColumnCount, TrajectoryColumns
+from draligned.cess.estimate_table import TablePart, column_widths, header
+from draligned.cess.estimates import Estimates
+from draligned.cess.json_lines import Later, deferred
 from draligned.cess.parquet import RowChecks, checked_group, counted, in_groups, metadata_counts, open_checked
 from draligned.cess.parquet_batch import Checked
-from draligned.cess.part_lines import Lines, PartConnection, later_lines
+from draligned.cess.part_lines import PartConnection, part_estimates
+
+T = TypeVar("T")
 
 
-def _part(part: Checked, lam: float, connection: PartConnection) -> Later:
+P = TypeVar("P")
+Prepare = Callable[[TrajectoryColumns, Estimates, PartConnection], P]
+"""What a pipeline keeps of a checked batch's columns and estimates until the whole file is checked."""
+
+
+def _lines(cols: TrajectoryColumns, est: Estimates, connection: PartConnection) -> Later:
+    return deferred(cols, est, connection.get())
+
+
+def _table(cols: TrajectoryColumns, est: Estimates, connection: PartConnection) -> TablePart:
+    return TablePart.of(cols, est)
+
+
+def _part(part: Checked, lam: float, connection: PartConnection, prepare: Prepare[P]) -> P:
     _, arrays, ids, tasks = part
-    return later_lines([(ids, tasks, arrays)], lam, connection)
+    return prepare(*part_estimates([(ids, tasks, arrays)], lam), connection)
 
 
-def _group(path: Path, group: int, flat: bool, meta: pq.FileMetaData, lam: float,
-           connection: PartConnection) -> list[tuple[Checked, Later | None]]:
-    """One row group checked batch by batch, each clean batch estimated (None for a batch with a suspect
-    row: it waits for the validator)."""
-    return [(part, None if part[0].any() else _part(part, lam, connection))
+def _group(path: Path, group: int, flat: bool, meta: pq.FileMetaData, lam: float, connection: PartConnection,
+           prepare: Prepare[P]) -> list[tuple[Checked, P | None]]:
+    """One row group checked batch by batch, each clean batch estimated and prepared (None for a batch with
+    a suspect row: it waits for the validator)."""
+    return [(part, None if part[0].any() else _part(part, lam, connection, prepare))
             for part in checked_group(path, group, flat, meta)]
+
+
+def _checked(path: Path, lam: float, workers: int, prepare: Prepare[P]) -> list[P]:
+    """Every batch of the file, in order, read, checked, estimated and prepared in ``workers`` threads; raises
+    :class:`TrajectoryError` as :func:`~draligned.cess.parquet.load_parquet` does. A batch with a suspect row
+    that the validator accepts is prepared after the check, here."""
+    if not 0.0 <= lam <= 1.0:
+        raise ValueError(f"lambda must lie in [0, 1], got {lam}")
+    meta, flat, read = open_checked(path)
+    done: list[Checked | P] = []  # a batch prepared, or the batch itself until the validator decides
+    checks, count, connection = RowChecks(), ColumnCount(*metadata_counts(meta, flat)), PartConnection()
+    group = partial(_group, path, flat=flat, meta=meta, lam=lam, connection=connection, prepare=prepare)
+    for part, prepared in in_groups(meta.num_row_groups, workers, group):
+        checks.add(part[0], part[2])
+        with counted():  # refused as load_parquet refuses it
+            count.take(part[1])
+        done.append(part if prepared is None else prepared)
+    checks.finish(read)
+    return [_part(item, lam, connection, prepare) if isinstance(item, tuple) else item for item in done]
 
 
 def parquet_lines(path: str | Path, lam: float, workers: int | None = None) -> Iterator[bytes | memoryview]:
     """The ``cess estimate --json`` lines of a Parquet trajectory file (either layout), in pieces of bytes.
 
-    The whole file is read, checked and estimated by the call, which raises :class:`TrajectoryError` as
-    :func:`~draligned.cess.parquet.load_parquet` does; the lines are made as they are taken, in ``workers``
-    threads (the estimates they are made from: about 105 MB for 10^6 trajectories, against 420 MB of text
-    and 0.8 GB of columns)."""
-    if not 0.0 <= lam <= 1.0:
-        raise ValueError(f"lambda must lie in [0, 1], got {lam}")
-    path, workers = Path(path), workers or os.cpu_count() or 1
-    meta, flat, read = open_checked(path)
-    done: list[Checked | Later | None] = []  # a batch's lines to make, or the batch until the validator decides
-    checks, count, connection = RowChecks(), ColumnCount(*metadata_counts(meta, flat)), PartConnection()
-    group = partial(_group, path, flat=flat, meta=meta, lam=lam, connection=connection)
-    for part, later in in_groups(meta.num_row_groups, workers, group):
-        checks.add(part[0], part[2])
-        with counted():  # refused as load_parquet refuses it
-            count.take(part[1])
-        done.append(part if later is None else later)
-    checks.finish(read)
-    return _emit(done, lam, workers)
+    The whole file is read, checked and estimated by the call; the lines are made as they are taken, in
+    ``workers`` threads (the estimates they are made from: about 105 MB for 10^6 trajectories, against 420 MB
+    of text and 0.8 GB of columns)."""
+    workers = workers or os.cpu_count() or 1
+    return _made(_checked(Path(path), lam, workers, _lines), workers, lambda later: list(later()))
 
 
-def _emit(done: list[Checked | Later | None], lam: float, workers: int) -> Iterator[bytes | memoryview]:
-    """Every batch's lines in order, made in ``workers`` threads (each batch's estimates let go once made)."""
-    connection = PartConnection()
+def parquet_table(path: str | Path, lam: float, workers: int | None = None) -> Iterator[bytes]:
+    """The ``cess estimate`` table of a Parquet trajectory file, in pieces of UTF-8, as :func:`parquet_lines`
+    makes the lines (the file read and checked by the call): each batch's columns measured where it was
+    estimated, its rows written when taken."""
+    workers = workers or os.cpu_count() or 1
+    parts = _checked(Path(path), lam, workers, _table)
+    widths = column_widths(part.widths for part in parts)
+    return _after(header(widths), _made(parts, workers, lambda part: list(part.rows(widths))))
 
-    def text(i: int) -> Lines:
-        item, done[i] = done[i], None
-        if item is None:
-            raise AssertionError(f"batch {i} taken twice")
-        return list((_part(item, lam, connection) if isinstance(item, tuple) else item)())
 
-    yield from in_groups(len(done), workers, text)
+def _after(first: bytes, rest: Iterator[bytes]) -> Iterator[bytes]:
+    yield first
+    yield from rest
+
+
+def _made(parts: list[P], workers: int, make: Callable[[P], list[T]]) -> Iterator[T]:
+    """What ``make`` makes of every prepared batch, in order, in ``workers`` threads; each batch is let go once
+    made (the caller keeps no other reference to ``parts``)."""
+    held: list[P | None] = list(parts)
+    parts.clear()
+
+    def made(i: int) -> list[T]:
+        part, held[i] = held[i], None
+        if part is None:
+            raise AssertionError(f"batch {i} made twice")
+        return make(part)
+
+    return in_groups(len(held), workers, made)

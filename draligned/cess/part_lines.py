@@ -64,9 +64,3 @@ def part_lines(parts: Iterable[tuple[list[str], list[str], dict[str, np.ndarray]
                connection: PartConnection) -> Lines:
     """The lines of a checked part (see :func:`part_estimates`)."""
     return list(json_lines.json_lines(*part_estimates(parts, lam), connection.get()))
-
-
-def later_lines(parts: Iterable[tuple[list[str], list[str], dict[str, np.ndarray]]], lam: float,
-                connection: PartConnection) -> json_lines.Later:
-    """The lines of a checked part, made when the result is called (:func:`~draligned.cess.json_lines.deferred`)."""
-    return json_lines.deferred(*part_estimates(parts, lam), connection.get())

@@ -49,7 +49,7 @@ def _interval(bounds: tuple[float, float]) -> str:
     return f"[{bounds[0]:.4f}, {bounds[1]:.4f}]"
 
 
-def estimate_table(reports: Sequence[dict[str, Any]]) -> str:
+def python_table(reports: Sequence[dict[str, Any]]) -> str:
     """The `cess estimate` table in Python (without the extension, whose writer gives the same text)."""
     from draligned.cess.estimate_table import HEADERS
 
@@ -79,38 +79,33 @@ def _run_estimate(args: argparse.Namespace) -> int:
     # The loaders (pyarrow, DuckDB) are imported here: `run` and `demo` import this module for
     # trajectory_format, and each command imports only what it runs (draligned/cli/__init__.py).
     from draligned.cess.column_estimators import estimate_columns, estimate_rows
-    from draligned.cess.estimate_file import estimate_lines, load_file
-    from draligned.cess.estimate_table import table_text
+    from draligned.cess.estimate_file import estimate_lines, estimate_table, load_file
     from draligned.cess.trajectory_rules import TrajectoryError
 
     fmt = trajectory_format(path, args.format)
-    try:  # both read and check the whole file before anything is printed
+    columns = None
+    try:  # each reads and checks the whole file before anything is printed
         if args.json:  # the bytes pydantic's model_dump_json would write (tests/cess/test_columns.py)
-            lines = estimate_lines(path, fmt, args.lam)
-        else:
+            text = estimate_lines(path, fmt, args.lam)
+        elif (table := estimate_table(path, fmt, args.lam)) is not None:
+            text = table
+        else:  # without the extension: the table in Python
             columns = load_file(path, fmt)
     except _input_errors(TrajectoryError, OSError) as exc:
         print(f"error: {path}: {exc}", file=sys.stderr)
         return 2
-    if args.json:
-        sys.stdout.flush()
-        out = getattr(sys.stdout, "buffer", None)
-        for piece in lines:
-            out.write(piece) if out is not None else sys.stdout.write(bytes(piece).decode())
-        sys.stdout.flush()
-        return 0
-    print(
-        f"CESS lambda = {args.lam}; CESS = Eq. 9, CESS13 = Eq. 13, CESS12 = Eq. 12; "
-        "point estimates are omitted where the support interval (Eq. 10) applies"
-    )
-    estimates = estimate_columns(columns, args.lam)
-    if (text := table_text(columns, estimates)) is None:
-        print(estimate_table(list(estimate_rows(columns, estimates))))
+    if not args.json:
+        print(
+            f"CESS lambda = {args.lam}; CESS = Eq. 9, CESS13 = Eq. 13, CESS12 = Eq. 12; "
+            "point estimates are omitted where the support interval (Eq. 10) applies"
+        )
+    if columns is not None:
+        print(python_table(list(estimate_rows(columns, estimate_columns(columns, args.lam)))))
         return 0
     sys.stdout.flush()
     out = getattr(sys.stdout, "buffer", None)
     for piece in text:
-        out.write(piece) if out is not None else sys.stdout.write(piece.decode())
+        out.write(piece) if out is not None else sys.stdout.write(bytes(piece).decode())
     sys.stdout.flush()
     return 0
 

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import random
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import orjson
+import pyarrow.parquet as pq
 import pytest
 
 from draligned.cess import estimate_table, json_lines
@@ -16,10 +18,13 @@ from draligned.cess.column_estimators import estimate_columns, estimate_rows
 from draligned.cess.columns import TrajectoryColumns
 from draligned.cess.estimates import Estimates
 from draligned.cess.fastload import load_columns
-from draligned.cli.cess import estimate_table as python_table
+from draligned.cess.parquet import write_parquet
+from draligned.cli import main
+from draligned.cli.cess import python_table
+from tests.cess.extensions import with_and_without
 from tests.cess.test_columns import varied_trajectory
 
-pytestmark = pytest.mark.skipif(json_lines.compiled_writer is None, reason="the optional extension is not built")
+compiled = pytest.mark.skipif(json_lines.compiled_writer is None, reason="the optional extension is not built")
 
 
 @pytest.fixture(scope="module")
@@ -37,6 +42,7 @@ def _compiled(cols: TrajectoryColumns, est: Estimates) -> str:
     return b"".join(text).decode()
 
 
+@compiled
 def test_the_table_is_the_python_tables_text(estimated: tuple[TrajectoryColumns, Estimates],
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     cols, est = estimated
@@ -45,6 +51,7 @@ def test_the_table_is_the_python_tables_text(estimated: tuple[TrajectoryColumns,
     assert _compiled(cols, est) == python_table(list(estimate_rows(cols, est))) + "\n"
 
 
+@compiled
 def test_every_kind_of_number_and_id_is_written_as_python_writes_it(
         estimated: tuple[TrajectoryColumns, Estimates]) -> None:
     cols, est = estimated
@@ -63,8 +70,35 @@ def test_every_kind_of_number_and_id_is_written_as_python_writes_it(
     assert _compiled(named, wild) == python_table(list(estimate_rows(named, wild))) + "\n"
 
 
+@compiled
 def test_a_column_narrower_than_its_cells_is_refused(estimated: tuple[TrajectoryColumns, Estimates]) -> None:
     cols, est = estimated
     piece = next(json_lines.WriterInputs.of(cols, est).pieces())
     with pytest.raises(ValueError, match="a cell is wider than its column"):
         json_lines.compiled_writer.write_table(*piece, np.ones(14, np.int64))
+
+
+writer = with_and_without(json_lines, "compiled_writer", "_kernels", "python", "writer")
+"""The writer of the command's table: the extension's (through the pipelines), or the CLI's in Python."""
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".jsonl"])
+def test_the_commands_table_is_the_same_either_way_and_from_either_format(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, writer: str,
+        suffix: str) -> None:
+    """From Parquet the extension's table is made by the row groups' pipeline (each group measured where it
+    was estimated, several groups on two threads); the text is the Python table's over the loaded columns."""
+    rng = random.Random(13)
+    jsonl = tmp_path / "t.jsonl"
+    jsonl.write_bytes(b"".join(orjson.dumps(varied_trajectory(rng, i)) + b"\n" for i in range(90)))
+    path = jsonl
+    if suffix == ".parquet":
+        path = tmp_path / "t.parquet"
+        write_parquet(jsonl, path)
+        pq.write_table(pq.read_table(path), path, row_group_size=13)  # 7 groups
+    cols = load_columns(jsonl)
+    expected = python_table(list(estimate_rows(cols, estimate_columns(cols, 0.25)))) + "\n"
+    assert main(["cess", "estimate", str(path), "--lambda", "0.25"]) == 0
+    out = capsys.readouterr().out
+    preamble, table = out.split("\n", 1)
+    assert preamble.startswith("CESS lambda = 0.25;") and table == expected

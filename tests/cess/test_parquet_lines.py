@@ -102,9 +102,10 @@ def test_a_bad_row_or_a_repeated_id_in_a_later_group_fails_as_the_loader_does_wi
             parquet_lines(path, 0.5, 2)
         assert str(pipeline.value) == str(loader.value)
         assert str(pipeline.value).startswith("row 41 (trajectory_id 'bad'): rounds[0].chosen: unknown document id")
-    assert main(["cess", "estimate", str(flat), "--json"]) == 2
-    out = capsys.readouterr()
-    assert out.out == "" and "row 41 (trajectory_id 'bad')" in out.err
+    for table in ([], ["--json"]):  # the table as the lines: nothing printed before the whole file is checked
+        assert main(["cess", "estimate", str(flat), *table]) == 2
+        out = capsys.readouterr()
+        assert out.out == "" and "row 41 (trajectory_id 'bad')" in out.err
     (tmp_path / "dup").mkdir()
     _, flat, _ = _files(tmp_path / "dup", [*records, records[3]])
     with pytest.raises(TrajectoryError, match=r"^row 61 \(trajectory_id 't3'\): trajectory_id: duplicate id 't3' "
