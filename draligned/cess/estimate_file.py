@@ -41,10 +41,9 @@ def estimate_lines(path: Path, fmt: Format, lam: float) -> Iterator[bytes | memo
 
 def estimate_table(path: Path, fmt: Format, lam: float) -> Iterator[bytes] | None:
     """The `cess estimate` table of the file's estimates, in pieces of UTF-8 (read and checked by the call, as
-    :func:`load_file` raises), written by the extension: from Parquet through the pipeline of
-    :func:`estimate_lines`, each row group measured where it was estimated; from JSON Lines over the loaded
-    columns. None without the extension (the CLI writes the table then)."""
-    from draligned.cess.estimate_table import table_text
+    :func:`load_file` raises), written by the extension through the pipeline of :func:`estimate_lines`: each
+    row group or range measured where it was estimated. None without the extension (the CLI writes the table
+    then)."""
     from draligned.cess.json_lines import compiled_writer
 
     if compiled_writer is None:
@@ -53,10 +52,8 @@ def estimate_table(path: Path, fmt: Format, lam: float) -> Iterator[bytes] | Non
         _reading_parquet()
         from draligned.cess.parquet_lines import parquet_table
         return parquet_table(path, lam)
-    from draligned.cess.column_estimators import estimate_columns
-
-    columns = load_file(path, fmt)
-    return table_text(columns, estimate_columns(columns, lam))
+    from draligned.cess.jsonl_lines import jsonl_table
+    return jsonl_table(path, lam)
 
 
 def _reading_parquet() -> None:

@@ -62,12 +62,9 @@ def header(widths: np.ndarray) -> bytes:
             + "  ".join("-" * w for w in columns) + "\n").encode()
 
 
-def table_text(cols: TrajectoryColumns, est: Estimates) -> Iterator[bytes] | None:
-    """The whole table of these estimates as UTF-8, in pieces; None without the extension."""
-    return None if json_lines.compiled_writer is None else _whole(TablePart.of(cols, est))
-
-
-def _whole(part: TablePart) -> Iterator[bytes]:
-    widths = column_widths([part.widths])
+def table_rows(parts: list[TablePart]) -> Iterator[bytes]:
+    """The table of measured parts, in order: the header, then each part's rows (written as they are taken)."""
+    widths = column_widths(part.widths for part in parts)
     yield header(widths)
-    yield from part.rows(widths)
+    for part in parts:
+        yield from part.rows(widths)

@@ -1,26 +1,31 @@
-"""`cess estimate F.jsonl --json` as one pipeline over the file's ranges, on every core.
+"""`cess estimate F.jsonl` (``--json`` or the table) as one pipeline over the file's ranges, on every core.
 
 Loading every column first (:func:`draligned.cess.fastload.load_columns`), then estimating, then writing
 the lines sends 0.9 GB of columns to one process and runs the last two steps there, on one core. Each
-worker process instead checks its range (:func:`draligned.cess.fastload.in_ranges`), estimates it and
-writes its JSON lines (:func:`~draligned.cess.part_lines.part_lines`), and sends back only the lines,
-the ids and their line numbers. Nothing is printed before the whole file is checked: a range with an
+worker process instead checks its range (:func:`draligned.cess.fastload.in_ranges`), estimates it
+(:func:`~draligned.cess.part_lines.part_estimates`) and sends back only its JSON lines, or its table part
+(:class:`~draligned.cess.estimate_table.TablePart`: what the rows are written from, and the columns' widths),
+with the ids and their line numbers. Nothing is printed before the whole file is checked: a range with an
 invalid line, or an id repeated in another range, fails with the error of
 :func:`~draligned.cess.fastload.load_columns` (the range is checked again here, numbered from its real
 first line) and no output. The lines are byte for byte those of the whole file's
-(``tests/cess/test_jsonl_lines.py``).
+(``tests/cess/test_jsonl_lines.py``), and so is the table.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import closing
 from functools import partial
 from pathlib import Path
+from typing import TypeVar
 
 from draligned.cess import fastload, json_lines
+from draligned.cess.columns import TrajectoryColumns
+from draligned.cess.estimate_table import TablePart, table_rows
+from draligned.cess.estimates import Estimates
 from draligned.cess.fastload import NO_TRAJECTORIES, checked_range, in_ranges, raise_first_problem, ranges
-from draligned.cess.part_lines import PartConnection, part_lines
+from draligned.cess.part_lines import PartConnection, part_estimates
 from draligned.cess.trajectory import TrajectoryError
 
 _CONNECTION = PartConnection()
@@ -40,24 +45,53 @@ def range_bytes() -> int:
     return fastload.CHUNK_BYTES * (1 if json_lines.compiled_writer is not None else DUCKDB_CHUNKS_PER_RANGE)
 
 
-Written = tuple[int, list[str], list[int], bytes | None]
+P = TypeVar("P")
+Written = tuple[int, list[str], list[int], bool, P | None]
 """What a worker sends back for a range: its number of lines, the ids of its valid lines and their line
-numbers (from 1 in the range), and their JSON lines (None when some line is invalid)."""
+numbers (from 1 in the range), whether some line is invalid, and what its estimates were prepared as (None
+when a line is invalid or the range has none)."""
 
 
-def _range_lines(lam: float, path: Path, start: int, end: int) -> Written:
-    """One range checked chunk by chunk (bounded memory), then estimated and written (run in a worker)."""
+def _text(cols: TrajectoryColumns, est: Estimates) -> bytes:
+    """A range's ``--json`` lines."""
+    return b"".join(json_lines.json_lines(cols, est, _CONNECTION.get()))
+
+
+def _range(prepare: Callable[[TrajectoryColumns, Estimates], P], lam: float, path: Path, start: int,
+           end: int) -> Written[P]:
+    """One range checked chunk by chunk (bounded memory), then estimated and prepared (run in a worker)."""
     count, ids, lines, parts = 0, list[str](), list[int](), []
     for first, last in ranges(path, None, start, end):
         chunk, arrays, taken, error = checked_range(path, first, last, count + 1)
         if error is not None:
-            return count + taken, ids, lines, None
+            return count + taken, ids, lines, True, None
         count += taken
         ids += chunk.ids
         lines += chunk.lines
         if chunk.ids:
             parts.append((chunk.ids, chunk.tasks, arrays))
-    return count, ids, lines, b"".join(part_lines(parts, lam, _CONNECTION)) if parts else b""
+    return count, ids, lines, False, prepare(*part_estimates(parts, lam)) if parts else None
+
+
+def _checked(path: Path, lam: float, prepare: Callable[[TrajectoryColumns, Estimates], P],
+             workers: int | None) -> list[P]:
+    """Every range of the file read, checked, estimated and prepared, in order (in worker processes); raises
+    :class:`TrajectoryError` as :func:`~draligned.cess.fastload.load_columns` does."""
+    if not 0.0 <= lam <= 1.0:
+        raise ValueError(f"lambda must lie in [0, 1], got {lam}")
+    done, seen, line = list[P](), set[str](), 1
+    try:
+        with closing(in_ranges(path, partial(_range, prepare, lam), workers, range_bytes())) as written:
+            for start, end, (count, ids, lines, invalid, prepared) in written:
+                raise_first_problem(path, line, start, end, ids, lines, invalid, seen)
+                if prepared is not None:
+                    done.append(prepared)
+                line += count
+    finally:
+        _CONNECTION.close()  # made here when the ranges were written here: a later call may fork
+    if not seen:
+        raise TrajectoryError(0, "<file>", NO_TRAJECTORIES)
+    return done
 
 
 def jsonl_lines(path: str | Path, lam: float, workers: int | None = None) -> Iterator[bytes]:
@@ -66,18 +100,12 @@ def jsonl_lines(path: str | Path, lam: float, workers: int | None = None) -> Ite
     The whole file is read and checked by the call, which raises :class:`TrajectoryError` as
     :func:`~draligned.cess.fastload.load_columns` does; the lines are then in memory (about 420 MB for
     10^6 trajectories)."""
-    if not 0.0 <= lam <= 1.0:
-        raise ValueError(f"lambda must lie in [0, 1], got {lam}")
-    path, done, seen, line = Path(path), list[bytes](), set[str](), 1
-    try:
-        with closing(in_ranges(path, partial(_range_lines, lam), workers, range_bytes())) as written:
-            for start, end, (count, ids, lines, text) in written:
-                raise_first_problem(path, line, start, end, ids, lines, text is None, seen)
-                if text:
-                    done.append(text)
-                line += count
-    finally:
-        _CONNECTION.close()  # made here when the ranges were written here: a later call may fork
-    if not seen:
-        raise TrajectoryError(0, "<file>", NO_TRAJECTORIES)
-    return iter(done)
+    return iter(_checked(Path(path), lam, _text, workers))
+
+
+def jsonl_table(path: str | Path, lam: float, workers: int | None = None) -> Iterator[bytes]:
+    """The ``cess estimate`` table of a JSON Lines trajectory file, in pieces of UTF-8 (needs the extension):
+    each range's columns measured in its worker, the rows written once every range is measured. The file is
+    read and checked by the call, as :func:`jsonl_lines` reads it."""
+    parts = _checked(Path(path), lam, TablePart.of, workers)
+    return table_rows(parts)

@@ -1,10 +1,10 @@
-"""The ``cess estimate --json`` lines of one checked part of a trajectory file, written where it was checked.
+"""The estimates of one checked part of a trajectory file, made where it was checked.
 
-The estimators and the JSON lines are per trajectory (:mod:`draligned.cess.column_estimators` sums each
-trajectory's segment alone), so the lines of a file's parts, in order, are byte for byte those of
-:func:`~draligned.cess.json_lines.json_lines` over the whole file: a pipeline estimates and writes each
-part on the core that checked it (the JSON Lines ranges of :mod:`draligned.cess.jsonl_lines`; the same
-step as the Parquet row groups of :mod:`draligned.cess.parquet_lines`).
+The estimators, the JSON lines and the table's rows are per trajectory (:mod:`draligned.cess.column_estimators`
+sums each trajectory's segment alone), so what a file's parts make, in order, is byte for byte what the whole
+file makes: a pipeline estimates each part on the core that checked it (the JSON Lines ranges of
+:mod:`draligned.cess.jsonl_lines`; the Parquet row groups of :mod:`draligned.cess.parquet_lines`), with a
+DuckDB connection per thread for the lines when the extension is not built (:class:`PartConnection`).
 """
 
 from __future__ import annotations
@@ -22,10 +22,6 @@ from draligned.cess.estimates import Estimates
 
 if TYPE_CHECKING:
     import duckdb
-
-Lines = list[bytes | memoryview]
-"""The JSON lines of a run of trajectories, in pieces."""
-
 
 class PartConnection(threading.local):
     """Each thread's DuckDB connection for the lines (one thread each: the caller uses the cores), made on
@@ -58,9 +54,3 @@ def part_estimates(parts: Iterable[tuple[list[str], list[str], dict[str, np.ndar
         builder.extend(ids, tasks, **arrays)
     cols = builder.build()
     return cols, estimate_columns(cols, lam)
-
-
-def part_lines(parts: Iterable[tuple[list[str], list[str], dict[str, np.ndarray]]], lam: float,
-               connection: PartConnection) -> Lines:
-    """The lines of a checked part (see :func:`part_estimates`)."""
-    return list(json_lines.json_lines(*part_estimates(parts, lam), connection.get()))

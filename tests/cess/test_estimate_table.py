@@ -37,9 +37,7 @@ def estimated(tmp_path_factory: pytest.TempPathFactory) -> tuple[TrajectoryColum
 
 
 def _compiled(cols: TrajectoryColumns, est: Estimates) -> str:
-    text = estimate_table.table_text(cols, est)
-    assert text is not None
-    return b"".join(text).decode()
+    return b"".join(estimate_table.table_rows([estimate_table.TablePart.of(cols, est)])).decode()
 
 
 @compiled
