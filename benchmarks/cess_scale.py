@@ -9,7 +9,8 @@ export`'s format) to a temporary directory, and times:
 
 - the estimators on the in-memory columns (target ≤ 1 s);
 - ``draligned cess estimate F.jsonl --json`` end to end in a subprocess, wall time and peak RSS
-  (targets ≤ 10 s, ≤ 2 GB), and the same from F.parquet (target ≤ 2 s);
+  (targets ≤ 10 s, ≤ 2 GB), and the same from F.parquet (target ≤ 2 s); each also without ``--json``, the
+  table the command prints by default (``*_table``);
 - the steps of the Parquet run, in CPU µs per trajectory (decode, numpy checks, estimators, JSON text) in
   one thread, and the command's start-up; and its timeline (the serial start-up and end, the row groups'
   span and how many cores they kept busy);
@@ -124,12 +125,13 @@ def _cpu_children() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _timed_cli(path: Path) -> dict[str, float]:
+def _timed_cli(path: Path, *output: str) -> dict[str, float]:
     """Wall time, CPU time (workers included: on a shared machine the wall time says more about the
-    other jobs) and peak RSS (polled every 20 ms, workers included) of ``cess estimate PATH --json``."""
+    other jobs) and peak RSS (polled every 20 ms, workers included) of ``cess estimate PATH --json`` (with
+    ``output`` ``()``: the table the command prints without it)."""
     start, peak, cpu = time.perf_counter(), 0.0, _cpu_children()
     with open(os.devnull, "wb") as sink:
-        proc = subprocess.Popen([sys.executable, "-m", "draligned.cli", "cess", "estimate", str(path), "--json"],
+        proc = subprocess.Popen([sys.executable, "-m", "draligned.cli", "cess", "estimate", str(path), *output],
                                 stdout=sink, stderr=subprocess.PIPE)
         while proc.poll() is None:
             peak = max(peak, _rss_mb(proc.pid))
@@ -315,14 +317,17 @@ def main() -> None:
             report["estimators_in_memory"] = _estimators(cols)
         del cols
         if "jsonl" in args.only:
-            report["cess_estimate_jsonl"] = {**_timed_cli(jsonl), "target_seconds": 10.0, "target_rss_mb": 2048}
+            report["cess_estimate_jsonl"] = {**_timed_cli(jsonl, "--json"), "target_seconds": 10.0,
+                                             "target_rss_mb": 2048}
+            report["cess_estimate_jsonl_table"] = {**_timed_cli(jsonl), "target_seconds": 10.0, "target_rss_mb": 2048}
         if "jsonl-exact" in args.only:
-            exact = _timed_cli(_spaced(jsonl, tmp / f"t{EXACT_LINES}-spaced.jsonl"))
+            exact = _timed_cli(_spaced(jsonl, tmp / f"t{EXACT_LINES}-spaced.jsonl"), "--json")
             report["cess_estimate_jsonl_exact_path"] = {
                 **exact, "lines": EXACT_LINES,
                 "cpu_seconds_per_1e6": round(exact["cpu_seconds"] * 1e6 / EXACT_LINES, 1)}
         if "parquet" in args.only:
-            report["cess_estimate_parquet"] = {**_timed_cli(parquet), "target_seconds": 2.0}
+            report["cess_estimate_parquet"] = {**_timed_cli(parquet, "--json"), "target_seconds": 2.0}
+            report["cess_estimate_parquet_table"] = {**_timed_cli(parquet), "target_seconds": 2.0}
             if report["parquet_layout"] != "nested":
                 report["cess_estimate_parquet_steps"] = _stages_apart(parquet)
                 report["cess_estimate_parquet_timeline"] = _parquet_timeline(parquet)
