@@ -31,10 +31,8 @@ from draligned.cess.parquet import RowChecks, checked_group, counted, in_groups,
 from draligned.cess.parquet_batch import Checked
 from draligned.cess.part_lines import PartConnection, part_estimates
 
-T = TypeVar("T")
-
-
 P = TypeVar("P")
+T = TypeVar("T")
 Prepare = Callable[[TrajectoryColumns, Estimates, PartConnection], P]
 """What a pipeline keeps of a checked batch's columns and estimates until the whole file is checked."""
 
