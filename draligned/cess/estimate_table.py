@@ -19,6 +19,7 @@ import numpy as np
 from draligned.cess import json_lines
 from draligned.cess.columns import TrajectoryColumns
 from draligned.cess.estimates import Estimates
+from draligned.cess.in_order import made_in_order
 from draligned.cess.json_lines import WriterInputs
 
 HEADERS = ("trajectory", "task", "T", "opened", "OR", "IPW", "DR", "CESS", "CESS13", "CESS12", "ESS", "max_w",
@@ -62,9 +63,13 @@ def header(widths: np.ndarray) -> bytes:
             + "  ".join("-" * w for w in columns) + "\n").encode()
 
 
-def table_rows(parts: list[TablePart]) -> Iterator[bytes]:
-    """The table of measured parts, in order: the header, then each part's rows (written as they are taken)."""
+def table_text(parts: list[TablePart], workers: int) -> Iterator[bytes]:
+    """The table of measured parts, in order: the header, then each part's rows, made in ``workers`` threads as
+    they are taken (``parts`` is emptied, each part let go once written)."""
     widths = column_widths(part.widths for part in parts)
-    yield header(widths)
-    for part in parts:
-        yield from part.rows(widths)
+    return _after(header(widths), made_in_order(parts, workers, lambda part: list(part.rows(widths))))
+
+
+def _after(first: bytes, rest: Iterator[bytes]) -> Iterator[bytes]:
+    yield first
+    yield from rest

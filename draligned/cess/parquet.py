@@ -18,19 +18,18 @@ from __future__ import annotations
 
 import math
 import os
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from draligned.cess.columns import ColumnSink, TrajectoryColumns
+from draligned.cess.in_order import in_order
 from draligned.cess.parquet_batch import Checked, check_batch
 from draligned.cess.parquet_flat import (
     FLAT_BINARY_SCHEMA,
@@ -234,9 +233,6 @@ def _unreadable(file: pq.ParquetFile, group: int, names: list[str], exc: Excepti
     return TrajectoryError(first, "<file>", f"not readable ({exc})", where)
 
 
-T = TypeVar("T")
-
-
 def checked_group(path: Path, group: int, flat: bool, meta: pq.FileMetaData | None = None) -> list[Checked]:
     """One row group decoded by pyarrow and checked batch by batch (:func:`check_batch`); ``meta``: the
     file's metadata, read once (parsing the footer again costs about 1.2 ms a group). A ``flat-2`` group's
@@ -272,19 +268,6 @@ def _checked_in_place(path: Path, file: pq.ParquetFile, group: int) -> Checked |
         return None
     table = file.read_row_group(group, columns=BESIDE_PROBS, use_threads=False).combine_chunks()
     return compiled_check(table.to_batches()[0], probs)
-
-
-def in_groups(groups: int, workers: int, task: Callable[[int], list[T]]) -> Iterator[T]:
-    """What ``task`` makes of each row group, in file order; the groups run in ``workers`` threads
-    (pyarrow and numpy release the GIL), at most 2 × ``workers`` of them in memory."""
-    with ThreadPoolExecutor(workers) as pool:
-        pending: deque[Future[list[T]]] = deque()
-        for group in range(groups):
-            pending.append(pool.submit(task, group))
-            if len(pending) >= 2 * workers:
-                yield from pending.popleft().result()
-        while pending:
-            yield from pending.popleft().result()
 
 
 class RowChecks:
@@ -373,7 +356,7 @@ def load_parquet(path: str | Path, workers: int | None = None) -> TrajectoryColu
     path = Path(path)
     meta, flat, read = open_checked(path)
     sink, checks = ColumnSink(*metadata_counts(meta, flat)), RowChecks()
-    for bad, arrays, ids, tasks in in_groups(meta.num_row_groups, workers or os.cpu_count() or 1,
+    for bad, arrays, ids, tasks in in_order(meta.num_row_groups, workers or os.cpu_count() or 1,
                                              partial(checked_group, path, flat=flat, meta=meta)):
         checks.add(bad, ids)
         with counted():

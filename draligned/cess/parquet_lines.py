@@ -24,15 +24,15 @@ from typing import TypeVar
 import pyarrow.parquet as pq
 
 from draligned.cess.columns import ColumnCount, TrajectoryColumns
-from draligned.cess.estimate_table import TablePart, column_widths, header
+from draligned.cess.estimate_table import TablePart, table_text
 from draligned.cess.estimates import Estimates
+from draligned.cess.in_order import in_order, made_in_order
 from draligned.cess.json_lines import Later, deferred
-from draligned.cess.parquet import RowChecks, checked_group, counted, in_groups, metadata_counts, open_checked
+from draligned.cess.parquet import RowChecks, checked_group, counted, metadata_counts, open_checked
 from draligned.cess.parquet_batch import Checked
 from draligned.cess.part_lines import PartConnection, part_estimates
 
 P = TypeVar("P")
-T = TypeVar("T")
 Prepare = Callable[[TrajectoryColumns, Estimates, PartConnection], P]
 """What a pipeline keeps of a checked batch's columns and estimates until the whole file is checked."""
 
@@ -68,7 +68,7 @@ def _checked(path: Path, lam: float, workers: int, prepare: Prepare[P]) -> list[
     done: list[Checked | P] = []  # a batch prepared, or the batch itself until the validator decides
     checks, count, connection = RowChecks(), ColumnCount(*metadata_counts(meta, flat)), PartConnection()
     group = partial(_group, path, flat=flat, meta=meta, lam=lam, connection=connection, prepare=prepare)
-    for part, prepared in in_groups(meta.num_row_groups, workers, group):
+    for part, prepared in in_order(meta.num_row_groups, workers, group):
         checks.add(part[0], part[2])
         with counted():  # refused as load_parquet refuses it
             count.take(part[1])
@@ -84,7 +84,7 @@ def parquet_lines(path: str | Path, lam: float, workers: int | None = None) -> I
     ``workers`` threads (the estimates they are made from: about 105 MB for 10^6 trajectories, against 420 MB
     of text and 0.8 GB of columns)."""
     workers = workers or os.cpu_count() or 1
-    return _made(_checked(Path(path), lam, workers, _lines), workers, lambda later: list(later()))
+    return made_in_order(_checked(Path(path), lam, workers, _lines), workers, lambda later: list(later()))
 
 
 def parquet_table(path: str | Path, lam: float, workers: int | None = None) -> Iterator[bytes]:
@@ -92,26 +92,4 @@ def parquet_table(path: str | Path, lam: float, workers: int | None = None) -> I
     makes the lines (the file read and checked by the call): each batch's columns measured where it was
     estimated, its rows written when taken."""
     workers = workers or os.cpu_count() or 1
-    parts = _checked(Path(path), lam, workers, _table)
-    widths = column_widths(part.widths for part in parts)
-    return _after(header(widths), _made(parts, workers, lambda part: list(part.rows(widths))))
-
-
-def _after(first: bytes, rest: Iterator[bytes]) -> Iterator[bytes]:
-    yield first
-    yield from rest
-
-
-def _made(parts: list[P], workers: int, make: Callable[[P], list[T]]) -> Iterator[T]:
-    """What ``make`` makes of every prepared batch, in order, in ``workers`` threads; each batch is let go once
-    made (the caller keeps no other reference to ``parts``)."""
-    held: list[P | None] = list(parts)
-    parts.clear()
-
-    def made(i: int) -> list[T]:
-        part, held[i] = held[i], None
-        if part is None:
-            raise AssertionError(f"batch {i} made twice")
-        return make(part)
-
-    return in_groups(len(held), workers, made)
+    return table_text(_checked(Path(path), lam, workers, _table), workers)

@@ -37,7 +37,7 @@ def estimated(tmp_path_factory: pytest.TempPathFactory) -> tuple[TrajectoryColum
 
 
 def _compiled(cols: TrajectoryColumns, est: Estimates) -> str:
-    return b"".join(estimate_table.table_rows([estimate_table.TablePart.of(cols, est)])).decode()
+    return b"".join(estimate_table.table_text([estimate_table.TablePart.of(cols, est)], 2)).decode()
 
 
 @compiled
