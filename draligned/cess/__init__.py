@@ -16,7 +16,8 @@ One concept per module:
 - ``estimate_file`` ``cess estimate FILE``: the reader and the pipeline for the file's format
 - ``jsonl_lines``, ``parquet_lines`` ``cess estimate --json`` as one pipeline over a file's ranges or row groups
   (``parquet_lines`` makes the table too)
-- ``part_lines``  the estimates and lines of one checked part, where it was checked
+- ``part_lines``  the estimates of one checked part, made where it was checked
+- ``in_order``    the parts of a file worked on in threads, the results in the file's order
 - ``json_lines``  the ``--json`` lines in the record's own bytes (``_kernels.cpp``: the optional compiled writer
   and round-sum check)
 - ``estimate_table`` the table ``cess estimate`` prints without ``--json`` (the extension's two passes)
