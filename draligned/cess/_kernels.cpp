@@ -321,16 +321,21 @@ std::string_view table_cell(const Rows &rows, int c, Py_ssize_t i, char *scratch
   return {scratch, size_t(end - scratch)};
 }
 
+// The arguments of table_widths and write_table: the rows (as write_lines takes them), then the N_CELLS int64
+// column widths (written to by table_widths).
+bool take_table(PyObject *args, Rows &rows, Buffer &widths, bool writable) {
+  PyObject *in[7], *widths_obj;
+  return PyArg_ParseTuple(args, "OOOOOOOO", &in[0], &in[1], &in[2], &in[3], &in[4], &in[5], &in[6], &widths_obj) &&
+         rows.take(in[0], in[1], in[2], in[3], in[4], in[5], in[6]) &&
+         widths.take(widths_obj, "lq", 8, N_CELLS, "widths", writable);
+}
+
 // table_widths(ids, tasks, rounds, numbers, hidden, lower, upper, widths): widths (N_CELLS int64) raised to
 // the widest cell of each column among the rows.
 PyObject *table_widths(PyObject *, PyObject *args) {
-  PyObject *in[7], *widths_obj;
   Rows rows;
   Buffer widths;
-  if (!PyArg_ParseTuple(args, "OOOOOOOO", &in[0], &in[1], &in[2], &in[3], &in[4], &in[5], &in[6], &widths_obj) ||
-      !rows.take(in[0], in[1], in[2], in[3], in[4], in[5], in[6]) ||
-      !widths.take(widths_obj, "lq", 8, N_CELLS, "widths", true))
-    return nullptr;
+  if (!take_table(args, rows, widths, true)) return nullptr;
   int64_t *const width = widths.out<int64_t>();
   Py_BEGIN_ALLOW_THREADS
   char scratch[2 * MAX_FIXED + 4];
@@ -344,13 +349,9 @@ PyObject *table_widths(PyObject *, PyObject *args) {
 // write_table(ids, tasks, rounds, numbers, hidden, lower, upper, widths) -> bytes: the rows' lines, each cell
 // right-aligned to its column's width, each line ending in "\n".
 PyObject *write_table(PyObject *, PyObject *args) {
-  PyObject *in[7], *widths_obj;
   Rows rows;
   Buffer widths;
-  if (!PyArg_ParseTuple(args, "OOOOOOOO", &in[0], &in[1], &in[2], &in[3], &in[4], &in[5], &in[6], &widths_obj) ||
-      !rows.take(in[0], in[1], in[2], in[3], in[4], in[5], in[6]) ||
-      !widths.take(widths_obj, "lq", 8, N_CELLS, "widths", false))
-    return nullptr;
+  if (!take_table(args, rows, widths, false)) return nullptr;
   const int64_t *const width = widths.data<int64_t>();
   size_t line = 2 * (N_CELLS - 1) + 1;
   for (int c = 0; c < N_CELLS; c++) {

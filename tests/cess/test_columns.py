@@ -18,6 +18,7 @@ from draligned.cess import column_estimators, fastload
 from draligned.cess.batch import TrajectoryBatch
 from draligned.cess.column_estimators import estimate_columns, estimate_rows, reach
 from draligned.cess.columns import TrajectoryColumns
+from draligned.cess.estimates import Estimates
 from draligned.cess.estimators import TrajectoryEstimate, estimate, trajectory_estimates
 from draligned.cess.fastload import load_columns
 from draligned.cess.line_chunk import LineChunk
@@ -58,6 +59,19 @@ def varied_trajectory(rng: random.Random, i: int) -> dict[str, Any]:
         for r in rounds:
             r["y"] = pool_y[ids.index(r["chosen"])]
     return record
+
+
+def varied_file(path: Path, seed: int, n: int) -> Path:
+    """``n`` trajectories of :func:`varied_trajectory` (seeded) as a JSON Lines file at ``path``."""
+    rng = random.Random(seed)
+    path.write_bytes(b"".join(orjson.dumps(varied_trajectory(rng, i)) + b"\n" for i in range(n)))
+    return path
+
+
+def varied_estimates(path: Path, seed: int, n: int) -> tuple[TrajectoryColumns, Estimates]:
+    """The columns of :func:`varied_file` and their estimates (lambda 0.5)."""
+    cols = load_columns(varied_file(path, seed, n))
+    return cols, estimate_columns(cols, 0.5)
 
 
 def _write(tmp_path: Path, records: list[Any]) -> Path:

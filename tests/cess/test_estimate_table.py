@@ -4,12 +4,10 @@ numbers, ids of every width and alphabet)."""
 
 from __future__ import annotations
 
-import random
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-import orjson
 import pyarrow.parquet as pq
 import pytest
 
@@ -22,18 +20,14 @@ from draligned.cess.parquet import write_parquet
 from draligned.cli import main
 from draligned.cli.cess import python_table
 from tests.cess.extensions import with_and_without
-from tests.cess.test_columns import varied_trajectory
+from tests.cess.test_columns import varied_estimates, varied_file
 
 compiled = pytest.mark.skipif(json_lines.compiled_writer is None, reason="the optional extension is not built")
 
 
 @pytest.fixture(scope="module")
 def estimated(tmp_path_factory: pytest.TempPathFactory) -> tuple[TrajectoryColumns, Estimates]:
-    rng = random.Random(12)
-    path = tmp_path_factory.mktemp("table") / "t.jsonl"
-    path.write_bytes(b"".join(orjson.dumps(varied_trajectory(rng, i)) + b"\n" for i in range(300)))
-    cols = load_columns(path)
-    return cols, estimate_columns(cols, 0.5)
+    return varied_estimates(tmp_path_factory.mktemp("table") / "t.jsonl", 12, 300)
 
 
 def _compiled(cols: TrajectoryColumns, est: Estimates) -> str:
@@ -86,10 +80,7 @@ def test_the_commands_table_is_the_same_either_way_and_from_either_format(
         suffix: str) -> None:
     """From Parquet the extension's table is made by the row groups' pipeline (each group measured where it
     was estimated, several groups on two threads); the text is the Python table's over the loaded columns."""
-    rng = random.Random(13)
-    jsonl = tmp_path / "t.jsonl"
-    jsonl.write_bytes(b"".join(orjson.dumps(varied_trajectory(rng, i)) + b"\n" for i in range(90)))
-    path = jsonl
+    jsonl = path = varied_file(tmp_path / "t.jsonl", 13, 90)
     if suffix == ".parquet":
         path = tmp_path / "t.parquet"
         write_parquet(jsonl, path)

@@ -5,21 +5,18 @@ fixture runs over both."""
 from __future__ import annotations
 
 import gc
-import random
 import weakref
 from dataclasses import replace
 
 import numpy as np
-import orjson
 import pytest
 
 from draligned.cess import json_lines as jl
-from draligned.cess.column_estimators import estimate_columns, estimate_rows
+from draligned.cess.column_estimators import estimate_rows
 from draligned.cess.columns import TrajectoryColumns
 from draligned.cess.estimators import Estimates
-from draligned.cess.fastload import load_columns
 from tests.cess.extensions import with_and_without
-from tests.cess.test_columns import varied_trajectory
+from tests.cess.test_columns import varied_estimates
 
 
 def _model(cols: TrajectoryColumns, est: Estimates) -> bytes:
@@ -36,11 +33,7 @@ writer = with_and_without(jl, "compiled_writer", "_kernels", "duckdb", "writer")
 
 @pytest.fixture(scope="module")
 def estimated(tmp_path_factory: pytest.TempPathFactory) -> tuple[TrajectoryColumns, Estimates]:
-    rng = random.Random(5)
-    path = tmp_path_factory.mktemp("jl") / "t.jsonl"
-    path.write_bytes(b"".join(orjson.dumps(varied_trajectory(rng, i)) + b"\n" for i in range(400)))
-    cols = load_columns(path)
-    return cols, estimate_columns(cols, 0.5)
+    return varied_estimates(tmp_path_factory.mktemp("jl") / "t.jsonl", 5, 400)
 
 
 def test_the_lines_are_the_models_bytes_with_support_intervals_and_unknown_targets(
