@@ -14,11 +14,12 @@ import pytest
 from draligned.cess import fastload
 from draligned.cess import json_lines as jl
 from draligned.cess import jsonl_lines as jsonl_lines_module
-from draligned.cess.column_estimators import estimate_columns
+from draligned.cess.column_estimators import estimate_columns, estimate_rows
 from draligned.cess.json_lines import json_lines
 from draligned.cess.jsonl_lines import jsonl_lines, range_bytes
 from draligned.cess.trajectory import PROB_SUM_MARGIN, PROB_SUM_TOLERANCE, TrajectoryError, load_trajectories
 from draligned.cli import main
+from draligned.cli.cess import python_table
 from tests.cess.extensions import with_and_without
 from tests.cess.test_columns import varied_trajectory
 from tests.cess.test_trajectory import VALID
@@ -90,3 +91,16 @@ def test_cess_estimate_json_prints_nothing_for_a_file_with_a_bad_last_line(
     path = _write(tmp_path, records)
     assert main(["cess", "estimate", str(path), "--json"]) == 0
     assert capsys.readouterr().out.encode() == _whole(path, 0.5)
+
+
+@pytest.mark.skipif(jl.compiled_writer is None, reason="the optional extension draligned.cess._kernels is not built")
+@pytest.mark.parametrize("workers", [1, 2])
+def test_the_ranges_table_is_the_whole_files_table(tmp_path: Path, records: list[dict[str, Any]],
+                                                   many_ranges: None, workers: int) -> None:
+    """Each range measured in its worker process: the columns' widths of the whole file, the Python table's text."""
+    records[7]["trajectory_id"] = "a much longer id than the others, in one range only"
+    path = _write(tmp_path, records)
+    assert len(fastload.ranges(path, range_bytes())) > 15
+    cols = fastload.load_columns(path, workers=1)
+    expected = python_table(list(estimate_rows(cols, estimate_columns(cols, 0.3)))) + "\n"
+    assert b"".join(jsonl_lines_module.jsonl_table(path, 0.3, workers)).decode() == expected
