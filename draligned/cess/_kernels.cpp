@@ -332,6 +332,28 @@ bool take_table(PyObject *args, Rows &rows, Buffer &widths, bool writable) {
 
 // table_widths(ids, tasks, rounds, numbers, hidden, lower, upper, widths): widths (N_CELLS int64) raised to
 // the widest cell of each column among the rows.
+// A number column's widest cell follows from two of its values: f"{v:.4f}" grows with |v| among values of one
+// sign, and a negative one (sign bit set, -0.0 too) takes a "-" more, so only the largest magnitude of each
+// sign is formatted; "nan", "inf", "-inf" and "-" (never wider than a finite value's 6 characters) are counted
+// apart. The interval's two bounds vary together, so its cells (the rows whose interval applies) are each made.
+struct Widest {
+  double positive = -1, negative = -1;  // the largest |v| of each sign among the finite values (-1: none)
+  int64_t other = 0;                    // the widest cell that is not a finite value
+  void add(double v, bool absent) {
+    if (absent) other = std::max<int64_t>(other, 1);
+    else if (!std::isfinite(v)) other = std::max<int64_t>(other, std::isnan(v) || v > 0 ? 3 : 4);
+    else if (std::signbit(v)) negative = std::max(negative, -v);
+    else positive = std::max(positive, v);
+  }
+  int64_t width() const {
+    char text[MAX_FIXED];
+    int64_t widest = other;
+    if (positive >= 0) widest = std::max<int64_t>(widest, put_fixed(text, positive) - text);
+    if (negative >= 0) widest = std::max<int64_t>(widest, put_fixed(text, -negative) - text);
+    return widest;
+  }
+};
+
 PyObject *table_widths(PyObject *, PyObject *args) {
   Rows rows;
   Buffer widths;
@@ -339,9 +361,17 @@ PyObject *table_widths(PyObject *, PyObject *args) {
   int64_t *const width = widths.out<int64_t>();
   Py_BEGIN_ALLOW_THREADS
   char scratch[2 * MAX_FIXED + 4];
-  for (Py_ssize_t i = 0; i < rows.n; i++)
-    for (int c = 0; c < N_CELLS; c++)
-      width[c] = std::max(width[c], int64_t(code_points(table_cell(rows, c, i, scratch))));
+  Widest numbers[N_NUMBERS];
+  for (Py_ssize_t i = 0; i < rows.n; i++) {
+    for (int c : {0, 1, 2, N_CELLS - 1})  // the strings, the rounds, the interval ("-" where none): each cell made
+      width[c] = std::max(width[c], c == N_CELLS - 1 && !rows.hides(i)
+                                        ? int64_t(1) : int64_t(code_points(table_cell(rows, c, i, scratch))));
+    for (int k = 0; k < N_NUMBERS; k++) {
+      const double v = rows.number(k, i);
+      numbers[k].add(v, (rows.hides(i) && k >= N_POINTS_FROM && k < N_POINTS_TO) || (k == THETA && std::isnan(v)));
+    }
+  }
+  for (int k = 0; k < N_NUMBERS; k++) width[3 + k] = std::max(width[3 + k], numbers[k].width());
   Py_END_ALLOW_THREADS
   Py_RETURN_NONE;
 }

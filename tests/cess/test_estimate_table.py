@@ -91,3 +91,17 @@ def test_the_commands_table_is_the_same_either_way_and_from_either_format(
     out = capsys.readouterr().out
     preamble, table = out.split("\n", 1)
     assert preamble.startswith("CESS lambda = 0.25;") and table == expected
+
+
+@compiled
+@pytest.mark.parametrize("column", [[99.5, -10.0, 3.0], [9.99995, 9.9999, -0.0], [np.nan, np.inf, 0.5],
+                                    [np.nan, np.nan, np.nan], [-np.inf, 1.0, 2.0], [-0.00001, 0.0, 0.00004]],
+                         ids=["a shorter negative", "rounding up a digit", "nan and inf", "all unknown", "-inf",
+                              "negative zero"])
+def test_a_columns_width_is_its_widest_cell(estimated: tuple[TrajectoryColumns, Estimates],
+                                            column: list[float]) -> None:
+    """The widths are found from each sign's largest magnitude: these columns put the widest cell elsewhere."""
+    cols, est = estimated
+    values = np.resize(np.array(column), len(cols))
+    wild = replace(est, opened_mean=values, theta_star=values, weights=replace(est.weights, ess=values))
+    assert _compiled(cols, wild) == python_table(list(estimate_rows(cols, wild))) + "\n"
