@@ -17,7 +17,7 @@ character.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -97,19 +97,26 @@ def json_lines(cols: TrajectoryColumns, est: Estimates,
     return _duckdb_lines(cols, est, con)
 
 
-Later = Callable[[], Iterator[bytes | memoryview]]
-"""Lines to be made when called (:func:`deferred`)."""
-
-
-def deferred(cols: TrajectoryColumns, est: Estimates, con: duckdb.DuckDBPyConnection | None = None) -> Later:
-    """The lines of the estimates, to be written later (by a call of the result, in any thread): with the
-    compiled writer only its inputs are kept, about a quarter of the text's memory (10^6 rows: 105 MB, not
-    420), and the text is made at the call; DuckDB's text is made at once (``con`` as :func:`json_lines`)."""
+def deferred(cols: TrajectoryColumns, est: Estimates,
+             con: duckdb.DuckDBPyConnection | None = None) -> WriterInputs | MadeLines:
+    """The lines of the estimates, to be written later (``lines()``, in any thread or, pickled, in another
+    process): with the compiled writer only its inputs are kept, about a quarter of the text's memory (10^6
+    rows: 105 MB, not 420), and the text is made then; DuckDB's text is made at once (``con`` as
+    :func:`json_lines`)."""
     if compiled_writer is None:
-        lines = list(_duckdb_lines(cols, est, con))
-        return lambda: iter(lines)
-    inputs = WriterInputs.of(cols, est)
-    return inputs.lines
+        return MadeLines(b"".join(_duckdb_lines(cols, est, con)))
+    return WriterInputs.of(cols, est)
+
+
+@dataclass(frozen=True)
+class MadeLines:
+    """Lines made already (by DuckDB, without the extension), kept as :func:`deferred` hands them over."""
+
+    text: bytes
+
+    def lines(self) -> Iterator[bytes]:
+        """The lines, in one piece."""
+        yield self.text
 
 
 Piece = tuple[list[str], list[str], np.ndarray, tuple[np.ndarray, ...], np.ndarray, np.ndarray, np.ndarray]

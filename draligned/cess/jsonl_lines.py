@@ -27,7 +27,7 @@ from draligned.cess.estimate_table import TablePart, table_text
 from draligned.cess.estimates import Estimates
 from draligned.cess.fastload import NO_TRAJECTORIES, checked_range, in_ranges, raise_first_problem, ranges
 from draligned.cess.in_order import made_in_order
-from draligned.cess.json_lines import WriterInputs
+from draligned.cess.json_lines import MadeLines, WriterInputs, deferred
 from draligned.cess.part_lines import PartConnection, part_estimates
 from draligned.cess.trajectory import TrajectoryError
 
@@ -55,9 +55,10 @@ numbers (from 1 in the range), whether some line is invalid, and what its estima
 when a line is invalid or the range has none)."""
 
 
-def _text(cols: TrajectoryColumns, est: Estimates) -> bytes:
-    """A range's ``--json`` lines, written in its worker (by DuckDB: the extension is not built)."""
-    return b"".join(json_lines.json_lines(cols, est, _CONNECTION.get()))
+def _lines(cols: TrajectoryColumns, est: Estimates) -> WriterInputs | MadeLines:
+    """A range's ``--json`` lines, to be made in this process (:func:`~draligned.cess.json_lines.deferred`;
+    DuckDB's, without the extension, made in the worker with its connection)."""
+    return deferred(cols, est, _CONNECTION.get())
 
 
 def _range(prepare: Callable[[TrajectoryColumns, Estimates], P], lam: float, path: Path, start: int,
@@ -104,10 +105,8 @@ def jsonl_lines(path: str | Path, lam: float, workers: int | None = None) -> Ite
     :func:`~draligned.cess.fastload.load_columns` does. Each range's worker sends back the compiled writer's
     inputs (a quarter of the text's 420 MB for 10^6 trajectories), and the lines are made from them in this
     process's threads as they are taken; without the extension DuckDB writes the text in the worker."""
-    if json_lines.compiled_writer is None:
-        return iter(_checked(Path(path), lam, _text, workers))
-    inputs = _checked(Path(path), lam, WriterInputs.of, workers)
-    return made_in_order(inputs, os.cpu_count() or 1, lambda part: list(part.lines()))
+    return made_in_order(_checked(Path(path), lam, _lines, workers), os.cpu_count() or 1,
+                         lambda part: list(part.lines()))
 
 
 def jsonl_table(path: str | Path, lam: float, workers: int | None = None) -> Iterator[bytes]:

@@ -27,7 +27,7 @@ from draligned.cess.columns import ColumnCount, TrajectoryColumns
 from draligned.cess.estimate_table import TablePart, table_text
 from draligned.cess.estimates import Estimates
 from draligned.cess.in_order import in_order, made_in_order
-from draligned.cess.json_lines import Later, deferred
+from draligned.cess.json_lines import MadeLines, WriterInputs, deferred
 from draligned.cess.parquet import RowChecks, checked_group, counted, metadata_counts, open_checked
 from draligned.cess.parquet_batch import Checked
 from draligned.cess.part_lines import PartConnection, part_estimates
@@ -37,7 +37,7 @@ Prepare = Callable[[TrajectoryColumns, Estimates, PartConnection], P]
 """What a pipeline keeps of a checked batch's columns and estimates until the whole file is checked."""
 
 
-def _lines(cols: TrajectoryColumns, est: Estimates, connection: PartConnection) -> Later:
+def _lines(cols: TrajectoryColumns, est: Estimates, connection: PartConnection) -> WriterInputs | MadeLines:
     return deferred(cols, est, connection.get())
 
 
@@ -84,7 +84,7 @@ def parquet_lines(path: str | Path, lam: float, workers: int | None = None) -> I
     ``workers`` threads (the estimates they are made from: about 105 MB for 10^6 trajectories, against 420 MB
     of text and 0.8 GB of columns)."""
     workers = workers or os.cpu_count() or 1
-    return made_in_order(_checked(Path(path), lam, workers, _lines), workers, lambda later: list(later()))
+    return made_in_order(_checked(Path(path), lam, workers, _lines), workers, lambda part: list(part.lines()))
 
 
 def parquet_table(path: str | Path, lam: float, workers: int | None = None) -> Iterator[bytes]:

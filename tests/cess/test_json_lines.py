@@ -113,4 +113,4 @@ def test_deferred_lines_are_the_lines_and_keep_only_what_they_are_made_from(
     del copied
     gc.collect()
     assert held() is None
-    assert b"".join(later()) == b"".join(later()) == _model(cols, est)
+    assert b"".join(later.lines()) == b"".join(later.lines()) == _model(cols, est)
