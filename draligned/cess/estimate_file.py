@@ -26,34 +26,31 @@ def load_file(path: Path, fmt: Format) -> TrajectoryColumns:
     return load_columns(path)
 
 
-def estimate_lines(path: Path, fmt: Format, lam: float) -> Iterator[bytes | memoryview]:
-    """The ``--json`` lines of the file's estimates, in pieces of bytes. The file is read and checked by
-    the call (it raises as :func:`load_file` does); either format goes through one pipeline over the
-    file's parts on every core (:mod:`draligned.cess.parquet_lines` over row groups,
-    :mod:`draligned.cess.jsonl_lines` over ranges), which keeps only the lines."""
-    if fmt == "parquet":
-        _reading_parquet()
-        from draligned.cess.parquet_lines import parquet_lines
-        return parquet_lines(path, lam)
-    from draligned.cess.jsonl_lines import jsonl_lines
-    return jsonl_lines(path, lam)
+def estimate_lines(path: Path, fmt: Format, lam: float) -> Iterator[bytes]:
+    """The ``--json`` lines of the file's estimates, in pieces of bytes (see :func:`_through_pipeline`)."""
+    return _through_pipeline(path, fmt, lam, table=False)
 
 
 def estimate_table(path: Path, fmt: Format, lam: float) -> Iterator[bytes] | None:
-    """The `cess estimate` table of the file's estimates, in pieces of UTF-8 (read and checked by the call, as
-    :func:`load_file` raises), written by the extension through the pipeline of :func:`estimate_lines`: each
-    row group or range measured where it was estimated. None without the extension (the CLI writes the table
-    then)."""
+    """The `cess estimate` table of the file's estimates, in pieces of UTF-8, written by the extension (each
+    row group or range measured where it was estimated; see :func:`_through_pipeline`). None without the
+    extension (the CLI writes the table then)."""
     from draligned.cess.json_lines import compiled_writer
 
-    if compiled_writer is None:
-        return None
+    return None if compiled_writer is None else _through_pipeline(path, fmt, lam, table=True)
+
+
+def _through_pipeline(path: Path, fmt: Format, lam: float, table: bool) -> Iterator[bytes]:
+    """The lines or the table of the file, through the format's pipeline over its parts on every core
+    (:mod:`draligned.cess.parquet_lines` over row groups, :mod:`draligned.cess.jsonl_lines` over ranges), which
+    keeps only what the output is made from. The file is read and checked by the call (it raises as
+    :func:`load_file` does); the output is made as it is taken."""
     if fmt == "parquet":
         _reading_parquet()
-        from draligned.cess.parquet_lines import parquet_table
-        return parquet_table(path, lam)
-    from draligned.cess.jsonl_lines import jsonl_table
-    return jsonl_table(path, lam)
+        from draligned.cess import parquet_lines
+        return (parquet_lines.parquet_table if table else parquet_lines.parquet_lines)(path, lam)
+    from draligned.cess import jsonl_lines
+    return (jsonl_lines.jsonl_table if table else jsonl_lines.jsonl_lines)(path, lam)
 
 
 def _reading_parquet() -> None:

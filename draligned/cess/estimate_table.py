@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from itertools import chain
 
 import numpy as np
 
@@ -67,9 +68,4 @@ def table_text(parts: list[TablePart], workers: int) -> Iterator[bytes]:
     """The table of measured parts, in order: the header, then each part's rows, made in ``workers`` threads as
     they are taken (``parts`` is emptied, each part let go once written)."""
     widths = column_widths(part.widths for part in parts)
-    return _after(header(widths), made_in_order(parts, workers, lambda part: list(part.rows(widths))))
-
-
-def _after(first: bytes, rest: Iterator[bytes]) -> Iterator[bytes]:
-    yield first
-    yield from rest
+    return chain([header(widths)], made_in_order(parts, workers, lambda part: list(part.rows(widths))))

@@ -77,7 +77,7 @@ def _checked(path: Path, lam: float, workers: int, prepare: Prepare[P]) -> list[
     return [_part(item, lam, connection, prepare) if isinstance(item, tuple) else item for item in done]
 
 
-def parquet_lines(path: str | Path, lam: float, workers: int | None = None) -> Iterator[bytes | memoryview]:
+def parquet_lines(path: str | Path, lam: float, workers: int | None = None) -> Iterator[bytes]:
     """The ``cess estimate --json`` lines of a Parquet trajectory file (either layout), in pieces of bytes.
 
     The whole file is read, checked and estimated by the call; the lines are made as they are taken, in

@@ -23,6 +23,7 @@ from draligned.cess.estimates import Estimates
 if TYPE_CHECKING:
     import duckdb
 
+
 class PartConnection(threading.local):
     """Each thread's DuckDB connection for the lines (one thread each: the caller uses the cores), made on
     its first use (a connection costs 30-50 ms of CPU); none when the compiled writer writes them (then

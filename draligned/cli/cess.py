@@ -83,14 +83,13 @@ def _run_estimate(args: argparse.Namespace) -> int:
     from draligned.cess.trajectory_rules import TrajectoryError
 
     fmt = trajectory_format(path, args.format)
-    columns = None
     try:  # each reads and checks the whole file before anything is printed
-        if args.json:  # the bytes pydantic's model_dump_json would write (tests/cess/test_columns.py)
-            text = estimate_lines(path, fmt, args.lam)
-        elif (table := estimate_table(path, fmt, args.lam)) is not None:
-            text = table
-        else:  # without the extension: the table in Python
+        # --json: the bytes pydantic's model_dump_json would write (tests/cess/test_columns.py)
+        text = estimate_lines(path, fmt, args.lam) if args.json else estimate_table(path, fmt, args.lam)
+        if text is None:  # without the extension: the table in Python, over the loaded columns
             columns = load_file(path, fmt)
+            rows = estimate_rows(columns, estimate_columns(columns, args.lam))
+            text = iter([(python_table(list(rows)) + "\n").encode()])
     except _input_errors(TrajectoryError, OSError) as exc:
         print(f"error: {path}: {exc}", file=sys.stderr)
         return 2
@@ -99,13 +98,10 @@ def _run_estimate(args: argparse.Namespace) -> int:
             f"CESS lambda = {args.lam}; CESS = Eq. 9, CESS13 = Eq. 13, CESS12 = Eq. 12; "
             "point estimates are omitted where the support interval (Eq. 10) applies"
         )
-    if columns is not None:
-        print(python_table(list(estimate_rows(columns, estimate_columns(columns, args.lam)))))
-        return 0
     sys.stdout.flush()
     out = getattr(sys.stdout, "buffer", None)
     for piece in text:
-        out.write(piece) if out is not None else sys.stdout.write(bytes(piece).decode())
+        out.write(piece) if out is not None else sys.stdout.write(piece.decode())
     sys.stdout.flush()
     return 0
 
