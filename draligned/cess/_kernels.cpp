@@ -21,6 +21,11 @@
 //
 // plain_spans, for draligned.cess.parquet_flat: where each row's probabilities lie in a flat-2 column chunk of
 // uncompressed PLAIN pages, read from its page headers (no twin: any other chunk is decoded by pyarrow).
+//
+// id_hashes, for draligned.cess.id_repeats: a 64-bit hash of each id's UTF-8 (the strings read with the GIL held,
+// hashed without it), so that repeated trajectory ids are found by sorting numbers instead of in a set of str under
+// the GIL (no twin needed for the result: Python's hash() stands in without the extension, and a repeated hash is
+// only a reason to look at the ids themselves).
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -826,6 +831,55 @@ PyObject *plain_spans(PyObject *, PyObject *args) {
   return PyBool_FromLong(found);
 }
 
+// A 64-bit hash of bytes: eight at a time, each word mixed (MurmurHash3's finaliser) into a multiply-rotate state,
+// the length mixed in first. Not keyed: a file can make ids collide on purpose, which costs only the exact search.
+uint64_t mix64(uint64_t k) {
+  k ^= k >> 33;
+  k *= 0xff51afd7ed558ccdull;
+  k ^= k >> 33;
+  k *= 0xc4ceb9fe1a85ec53ull;
+  return k ^ (k >> 33);
+}
+
+uint64_t hash_bytes(std::string_view s) {
+  uint64_t h = mix64(s.size() + 0x9e3779b97f4a7c15ull);
+  size_t i = 0;
+  for (; i + 8 <= s.size(); i += 8) {
+    uint64_t k;
+    std::memcpy(&k, s.data() + i, 8);
+    const uint64_t x = h ^ mix64(k);
+    h = (x << 27 | x >> 37) * 0x9e3779b97f4a7c15ull;
+  }
+  uint64_t tail = 0;
+  std::memcpy(&tail, s.data() + i, s.size() - i);
+  return mix64(h ^ mix64(tail ^ 0x5bd1e9955bd1e995ull));
+}
+
+PyObject *id_hashes(PyObject *, PyObject *args) {
+  PyObject *ids, *out_obj;
+  Buffer out;
+  if (!PyArg_ParseTuple(args, "O!O", &PyList_Type, &ids, &out_obj) ||
+      !out.take(out_obj, "LQ", 8, PyList_GET_SIZE(ids), "out", true))
+    return nullptr;
+  const Py_ssize_t n = PyList_GET_SIZE(ids);
+  std::vector<std::string_view> texts;
+  std::vector<bool> none(size_t(n), false);
+  texts.reserve(size_t(n));
+  for (Py_ssize_t i = 0; i < n; i++) {
+    PyObject *item = PyList_GET_ITEM(ids, i);
+    Py_ssize_t size = 0;
+    const char *chars = item == Py_None ? "" : PyUnicode_AsUTF8AndSize(item, &size);
+    if (chars == nullptr) return nullptr;  // not a str (TypeError), or not encodable
+    none[size_t(i)] = item == Py_None;
+    texts.emplace_back(chars, size_t(size));
+  }
+  uint64_t *hashes = out.out<uint64_t>();
+  Py_BEGIN_ALLOW_THREADS
+  for (Py_ssize_t i = 0; i < n; i++) hashes[i] = none[size_t(i)] ? 0 : hash_bytes(texts[size_t(i)]);
+  Py_END_ALLOW_THREADS
+  Py_RETURN_NONE;
+}
+
 PyMethodDef methods[] = {
     {"write_lines", write_lines, METH_VARARGS,
      "write_lines(ids, tasks, rounds, numbers, hidden, lower, upper) -> bytes: the JSON lines of n estimates "
@@ -843,6 +897,9 @@ PyMethodDef methods[] = {
     {"plain_spans", plain_spans, METH_VARARGS,
      "plain_spans(chunk, starts, ends) -> bool: each value's byte span in a Parquet column chunk of uncompressed PLAIN "
      "pages of a REQUIRED BYTE_ARRAY column, into the int64 arrays starts and ends (False: pages of another kind)."},
+    {"id_hashes", id_hashes, METH_VARARGS,
+     "id_hashes(ids, out) -> None: a 64-bit hash of each id's UTF-8 (ids: a list of str or None, None hashed as 0), "
+     "into the uint64 array out."},
     {"check_flat", check_flat, METH_VARARGS,
      "check_flat(...) -> None: parquet_batch.check_batch's suspect rows and columns of a flat-2 batch without NULLs, "
      "into the given arrays (see _kernels.cpp)."},

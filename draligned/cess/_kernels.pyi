@@ -1,6 +1,7 @@
 """Compiled kernels of the columns path (``_kernels.cpp``): the writer of draligned.cess.json_lines, the
 probability sums of draligned.cess.parquet_batch, the page reader and the check of a flat-2 batch of
-draligned.cess.parquet_flat, and the table of draligned.cess.estimate_table."""
+draligned.cess.parquet_flat, the table of draligned.cess.estimate_table and the id hashes of
+draligned.cess.id_repeats."""
 
 from typing import Any
 
@@ -26,6 +27,10 @@ def check_flat(budget: np.ndarray, doc_off: np.ndarray, doc_codes: np.ndarray, n
 def plain_spans(chunk: Any, starts: np.ndarray, ends: np.ndarray, /) -> bool:
     """Each value's byte span in a column chunk of uncompressed PLAIN pages of a REQUIRED BYTE_ARRAY column, into
     ``starts`` and ``ends``; False for pages of any other kind (``_kernels.cpp``)."""
+
+def id_hashes(ids: list[str] | list[str | None], out: np.ndarray, /) -> None:
+    """A 64-bit hash of each id's UTF-8 (None hashed as 0), into the uint64 array ``out``."""
+
 
 def table_widths(ids: list[str], tasks: list[str], rounds: np.ndarray, numbers: tuple[np.ndarray, ...],
                  hidden: np.ndarray, lower: np.ndarray, upper: np.ndarray, widths: np.ndarray, /) -> None:
