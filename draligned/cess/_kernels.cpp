@@ -22,6 +22,10 @@
 // plain_spans, for draligned.cess.parquet_flat: where each row's probabilities lie in a flat-2 column chunk of
 // uncompressed PLAIN pages, read from its page headers (no twin: any other chunk is decoded by pyarrow).
 //
+// plain_doubles, for draligned.cess.parquet_flat: the float lists of a flat row group (offsets, values, validity,
+// NULL lists) decoded from uncompressed PLAIN pages, levels included (no twin: any other chunk is decoded by pyarrow,
+// whose decode of the levels took about twice as long).
+//
 // id_hashes, for draligned.cess.id_repeats: a 64-bit hash of each id's UTF-8 (the strings read with the GIL held,
 // hashed without it), so that repeated trajectory ids are found by sorting numbers instead of in a set of str under
 // the GIL (no twin needed for the result: Python's hash() stands in without the extension, and a repeated hash is
@@ -763,7 +767,9 @@ struct Compact {  // a Thrift compact-protocol reader over [at, end); ok turns f
 };
 
 struct PageHeader {
-  int64_t type = -1, uncompressed = -1, compressed = -1, values = -1, encoding = -1, levels = 0;
+  int64_t type = -1, uncompressed = -1, compressed = -1, values = -1, encoding = -1;
+  int64_t def_bytes = 0, rep_bytes = 0;  // v2: the levels' bytes, before the values
+  int64_t def_encoding = -1, rep_encoding = -1;  // v1: the levels' encodings (each section starts with its length)
 };
 
 PageHeader page_header(Compact &in) {
@@ -772,7 +778,10 @@ PageHeader page_header(Compact &in) {
     in.fields(1, [&](int id, int type) {
       if (id == 1) page.values = in.i32(type);
       else if (id == (v2 ? 4 : 2)) page.encoding = in.i32(type);
-      else if (v2 && (id == 5 || id == 6)) page.levels += in.i32(type);  // definition, repetition levels' bytes
+      else if (v2 && id == 5) page.def_bytes = in.i32(type);
+      else if (v2 && id == 6) page.rep_bytes = in.i32(type);
+      else if (!v2 && id == 3) page.def_encoding = in.i32(type);
+      else if (!v2 && id == 4) page.rep_encoding = in.i32(type);
       else return false;
       return true;
     });
@@ -796,7 +805,7 @@ bool spans_of_pages(const unsigned char *chunk, int64_t size, int64_t rows, int6
     const PageHeader page = page_header(in);
     const int64_t body = in.at - chunk;
     if (!in.ok || (page.type != DATA_PAGE && page.type != DATA_PAGE_V2) || page.encoding != PLAIN ||
-        page.levels != 0 || page.values < 0 || page.compressed < 0 || page.compressed != page.uncompressed ||
+        page.def_bytes != 0 || page.rep_bytes != 0 || page.values < 0 || page.compressed < 0 || page.compressed != page.uncompressed ||
         page.compressed > size - body || page.values > rows - row)
       return false;
     const int64_t page_end = body + page.compressed;
@@ -880,6 +889,156 @@ PyObject *id_hashes(PyObject *, PyObject *args) {
   Py_RETURN_NONE;
 }
 
+// plain_doubles(chunk, list_level, max_def, offsets, values, valid, absent) -> int: a column chunk of a list of
+// float64 (Parquet's three-level list: max repetition level 1) decoded from uncompressed PLAIN pages (v1 with RLE
+// levels, or v2), as pyarrow decodes it: each row's items at offsets (rows + 1, from 0), the items' values (NaN
+// for a NULL item) and whether each is there, and whether each row's list is NULL. list_level is the definition
+// level of an empty list (0: the list is REQUIRED, 1: OPTIONAL); max_def is list_level + 1 (REQUIRED items) or + 2
+// (OPTIONAL items). Returns the number of items, or -1 (nothing promised about the outputs) for anything else:
+// a dictionary page, another encoding, a level out of range, a damaged header, more rows or items than the
+// outputs hold. The caller then has pyarrow decode the column and report what is wrong with it.
+
+// Levels of bit width `width` (1 to 8) in the RLE / bit-packed hybrid encoding over [at, end), n of them into out.
+bool hybrid_levels(const unsigned char *at, const unsigned char *end, int width, int64_t n, uint8_t *out) {
+  const int value_bytes = (width + 7) / 8;
+  const unsigned mask = (1u << width) - 1;
+  int64_t got = 0;
+  while (got < n) {
+    Compact in{at, end};
+    const uint64_t header = in.varint();
+    if (!in.ok || (header >> 1) == 0) return false;  // a run of nothing would never end
+    at = in.at;
+    if (header & 1) {  // bit-packed: groups of 8 values, least significant bit first
+      const uint64_t groups = header >> 1;
+      if (groups > uint64_t(end - at) / uint64_t(width)) return false;
+      const int64_t count = int64_t(std::min<uint64_t>(groups * 8, uint64_t(n - got)));
+      for (int64_t k = 0; k < count; k++) {
+        const uint64_t bit = uint64_t(k) * unsigned(width), byte = bit / 8;
+        unsigned word = at[byte];
+        if (byte + 1 < groups * unsigned(width)) word |= unsigned(at[byte + 1]) << 8;
+        out[got + k] = uint8_t((word >> (bit % 8)) & mask);
+      }
+      got += count;
+      at += groups * unsigned(width);
+    } else {  // a run of one value
+      if (end - at < value_bytes) return false;
+      unsigned value = 0;
+      std::memcpy(&value, at, size_t(value_bytes));
+      at += value_bytes;
+      if (value > mask) return false;
+      const int64_t count = int64_t(std::min<uint64_t>(header >> 1, uint64_t(n - got)));
+      std::memset(out + got, int(value), size_t(count));
+      got += count;
+    }
+  }
+  return true;
+}
+
+int bit_width(int64_t max_level) {
+  int width = 0;
+  while ((int64_t(1) << width) <= max_level) width++;
+  return width;
+}
+
+int64_t doubles_of_pages(const unsigned char *chunk, int64_t size, int64_t list_level, int64_t max_def, int64_t rows,
+                         int64_t cap, int64_t *offsets, double *values, bool *valid, bool *absent,
+                         std::vector<uint8_t> &reps, std::vector<uint8_t> &defs) {
+  constexpr int64_t DATA_PAGE = 0, DATA_PAGE_V2 = 3, PLAIN = 0, RLE = 3;
+  const int def_width = bit_width(max_def);
+  int64_t at = 0, row = -1, item = 0;
+  while (at < size) {
+    Compact in{chunk + at, chunk + size};
+    const PageHeader page = page_header(in);
+    const int64_t body = in.at - chunk;
+    const bool v2 = page.type == DATA_PAGE_V2;
+    if (!in.ok || (page.type != DATA_PAGE && !v2) || page.encoding != PLAIN || page.values < 0 ||
+        page.compressed < 0 || page.compressed != page.uncompressed || page.compressed > size - body ||
+        (!v2 && (page.def_encoding != RLE || page.rep_encoding != RLE)))
+      return -1;
+    const unsigned char *q = chunk + body, *const page_end = q + page.compressed;
+    const unsigned char *level_sections[2];  // repetition, definition: [start, end) each
+    const unsigned char *level_ends[2];
+    for (int k = 0; k < 2; k++) {
+      int64_t length = v2 ? (k == 0 ? page.rep_bytes : page.def_bytes) : 0;
+      if (!v2) {
+        if (page_end - q < 4) return -1;
+        uint32_t prefix;
+        std::memcpy(&prefix, q, 4);
+        q += 4, length = int64_t(prefix);
+      }
+      if (length < 0 || length > page_end - q) return -1;
+      level_sections[k] = q, level_ends[k] = q + length;
+      q += length;
+    }
+    const auto n = size_t(page.values);
+    reps.resize(n), defs.resize(n);
+    if (!hybrid_levels(level_sections[0], level_ends[0], 1, page.values, reps.data()) ||
+        !hybrid_levels(level_sections[1], level_ends[1], def_width, page.values, defs.data()))
+      return -1;
+    for (size_t k = 0; k < n; k++) {
+      const int64_t def = defs[k];
+      if (def > max_def) return -1;
+      if (reps[k] == 0) {
+        if (++row >= rows) return -1;
+        offsets[row] = item, absent[row] = def < list_level;
+      } else if (row < 0 || def <= list_level) {
+        return -1;  // a row's continuation before any row, or an empty or NULL list inside a row
+      }
+      if (def <= list_level) continue;
+      if (item >= cap) return -1;
+      valid[item] = def == max_def;
+      if (valid[item]) {
+        if (page_end - q < 8) return -1;
+        std::memcpy(values + item, q, 8);  // little-endian, as Parquet writes it
+        q += 8;
+      } else {
+        values[item] = NAN;
+      }
+      item++;
+    }
+    if (q != page_end) return -1;
+    at = body + page.compressed;
+  }
+  if (row + 1 != rows) return -1;
+  offsets[rows] = item;
+  return item;
+}
+
+PyObject *plain_doubles(PyObject *, PyObject *args) {
+  PyObject *chunk_obj, *offsets_obj, *values_obj, *valid_obj, *absent_obj;
+  long long list_level, max_def;
+  if (!PyArg_ParseTuple(args, "OLLOOOO", &chunk_obj, &list_level, &max_def, &offsets_obj, &values_obj, &valid_obj,
+                        &absent_obj))
+    return nullptr;
+  Buffer chunk, offsets, values, valid, absent;
+  if (!chunk.take(chunk_obj, "bB", 1, -1, "chunk") || !absent.take(absent_obj, "?", 1, -1, "absent", true) ||
+      !offsets.take(offsets_obj, "lq", 8, absent.size() + 1, "offsets", true) ||
+      !values.take(values_obj, "d", 8, -1, "values", true) ||
+      !valid.take(valid_obj, "?", 1, values.size(), "valid", true))
+    return nullptr;
+  if (list_level < 0 || list_level > 1 || max_def < list_level + 1 || max_def > list_level + 2) {
+    PyErr_SetString(PyExc_ValueError, "plain_doubles: list_level must be 0 or 1, max_def list_level + 1 or + 2");
+    return nullptr;
+  }
+  std::vector<uint8_t> reps, defs;  // a page's levels (reserved here: the GIL is held, so a bad_alloc is a MemoryError)
+  try {
+    reps.reserve(1 << 16), defs.reserve(1 << 16);
+  } catch (const std::bad_alloc &) {
+    return PyErr_NoMemory();
+  }
+  int64_t items;
+  Py_BEGIN_ALLOW_THREADS
+  try {
+    items = doubles_of_pages(chunk.data<unsigned char>(), chunk.size(), list_level, max_def, absent.size(),
+                             values.size(), offsets.out<int64_t>(), values.out<double>(), valid.out<bool>(),
+                             absent.out<bool>(), reps, defs);
+  } catch (const std::bad_alloc &) {
+    items = -1;  // a page of more levels than memory holds: pyarrow decodes the column instead
+  }
+  Py_END_ALLOW_THREADS
+  return PyLong_FromLongLong(items);
+}
+
 PyMethodDef methods[] = {
     {"write_lines", write_lines, METH_VARARGS,
      "write_lines(ids, tasks, rounds, numbers, hidden, lower, upper) -> bytes: the JSON lines of n estimates "
@@ -900,6 +1059,10 @@ PyMethodDef methods[] = {
     {"id_hashes", id_hashes, METH_VARARGS,
      "id_hashes(ids, out) -> None: a 64-bit hash of each id's UTF-8 (ids: a list of str or None, None hashed as 0), "
      "into the uint64 array out."},
+    {"plain_doubles", plain_doubles, METH_VARARGS,
+     "plain_doubles(chunk, list_level, max_def, offsets, values, valid, absent) -> int: a column chunk of a list of "
+     "float64 in uncompressed PLAIN pages decoded into the given arrays; the number of items, or -1 for pages of "
+     "another kind."},
     {"check_flat", check_flat, METH_VARARGS,
      "check_flat(...) -> None: parquet_batch.check_batch's suspect rows and columns of a flat-2 batch without NULLs, "
      "into the given arrays (see _kernels.cpp)."},

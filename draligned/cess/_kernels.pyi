@@ -1,5 +1,5 @@
 """Compiled kernels of the columns path (``_kernels.cpp``): the writer of draligned.cess.json_lines, the
-probability sums of draligned.cess.parquet_batch, the page reader and the check of a flat-2 batch of
+probability sums of draligned.cess.parquet_batch, the page readers and the check of a flat-2 batch of
 draligned.cess.parquet_flat, the table of draligned.cess.estimate_table and the id hashes of
 draligned.cess.id_repeats."""
 
@@ -30,6 +30,12 @@ def plain_spans(chunk: Any, starts: np.ndarray, ends: np.ndarray, /) -> bool:
 
 def id_hashes(ids: list[str] | list[str | None], out: np.ndarray, /) -> None:
     """A 64-bit hash of each id's UTF-8 (None hashed as 0), into the uint64 array ``out``."""
+
+
+def plain_doubles(chunk: Any, list_level: int, max_def: int, offsets: np.ndarray, values: np.ndarray,
+                  valid: np.ndarray, absent: np.ndarray, /) -> int:
+    """A column chunk of a list of float64 in uncompressed PLAIN pages decoded into the given arrays: the number of
+    items, or -1 for pages of any other kind (``_kernels.cpp``)."""
 
 
 def table_widths(ids: list[str], tasks: list[str], rounds: np.ndarray, numbers: tuple[np.ndarray, ...],

@@ -33,14 +33,17 @@ from draligned.cess.id_repeats import any_repeated, id_hashes
 from draligned.cess.in_order import in_order
 from draligned.cess.parquet_batch import Checked, check_batch
 from draligned.cess.parquet_flat import (
+    DOUBLE_LISTS,
     FLAT_BINARY_SCHEMA,
     LAYOUT_KEY,
     SCHEMAS,
+    DoubleList,
     Probs,
     check_flat_batch,
     compiled_check,
     flat_record,
     flatten_batch,
+    page_doubles,
     page_probs,
 )
 from draligned.cess.trajectory_rules import TrajectoryError
@@ -61,7 +64,8 @@ ROW_GROUP_ROWS = 16_384
 """Rows per row group written: the reader decodes one at a time, so smaller groups bound its memory
 (DuckDB's default of 122,880 rows held ~0.6 GB more at 10^6 trajectories); any size reads."""
 BESIDE_PROBS = [name for name in FLAT_BINARY_SCHEMA.names if name != "probs"]
-"""The ``flat-2`` columns pyarrow decodes when the probabilities are read in place (:func:`group_probs`)."""
+"""The ``flat-2`` columns pyarrow decodes when the probabilities are read in place (:func:`group_probs`), but for
+the float lists read in place too (:func:`group_doubles`)."""
 DICTIONARIES = ["task_id", "ranking", "doc_ids.list.element", "chosen.list.element"]
 """The flat columns written dictionary-encoded and decoded as dictionaries (a few distinct strings: their codes
 decode faster than the strings, and the checks look each distinct one up once)."""
@@ -261,14 +265,30 @@ def group_probs(path: Path, meta: pq.FileMetaData, group: int) -> Probs | None:
     return page_probs(path, meta.row_group(group).column(index), meta.schema.column(index), rows)
 
 
+def group_doubles(path: Path, meta: pq.FileMetaData, group: int) -> dict[str, DoubleList]:
+    """The float lists (:data:`DOUBLE_LISTS`) of a row group that :func:`page_doubles` reads from its pages."""
+    leaves = [meta.schema.column(i).path.split(".")[0] for i in range(meta.num_columns)]
+    arrow, rows, found = meta.schema.to_arrow_schema(), meta.row_group(group).num_rows, {}
+    for name in DOUBLE_LISTS:
+        if leaves.count(name) == 1:
+            index = leaves.index(name)
+            lists = page_doubles(path, meta.row_group(group).column(index), meta.schema.column(index),
+                                 arrow.field(name).nullable, rows)
+            if lists is not None:
+                found[name] = lists
+    return found
+
+
 def _checked_in_place(path: Path, file: pq.ParquetFile, group: int) -> Checked | None:
-    """A ``flat-2`` row group checked in one compiled pass, its other columns (:data:`BESIDE_PROBS`) decoded
-    by pyarrow and its probabilities read where they lie in the file (:func:`group_probs`); None where either
-    does not apply (the caller decodes the whole group then)."""
+    """A ``flat-2`` row group checked in one compiled pass, its probabilities and float lists read where they lie
+    in the file (:func:`group_probs`, :func:`group_doubles`) and its other columns decoded by pyarrow; None
+    where the probabilities cannot be read so or the pass does not apply (the caller decodes the whole group then)."""
     if (probs := group_probs(path, file.metadata, group)) is None:
         return None
-    table = file.read_row_group(group, columns=BESIDE_PROBS, use_threads=False).combine_chunks()
-    return compiled_check(table.to_batches()[0], probs)
+    lists = group_doubles(path, file.metadata, group)
+    table = file.read_row_group(group, columns=[name for name in BESIDE_PROBS if name not in lists],
+                                use_threads=False).combine_chunks()
+    return compiled_check(table.to_batches()[0], probs, lists)
 
 
 class RowChecks:

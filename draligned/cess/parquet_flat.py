@@ -183,6 +183,17 @@ def _values(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
 
 
 _NONE = np.zeros(0, bool)
+DOUBLE_LISTS = ("doc_y", "doc_m", *ROUND_LISTS)
+"""The columns that are lists of float64."""
+DoubleList = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+"""A list-of-float64 column as the compiled pass takes it: offsets (from 0), the values (NaN for NULL), which are
+there (none, empty, when all are) and which rows' lists are NULL."""
+
+
+def double_list(arr: pa.Array) -> DoubleList:
+    """:data:`DoubleList` of a column pyarrow decoded."""
+    off, values = unlist(arr)
+    return (off, *_values(values), nulls(arr))
 
 
 Probs = tuple[Any, np.ndarray, np.ndarray]
@@ -195,14 +206,10 @@ def _probs_spans(arr: pa.Array) -> Probs:
     return raw, byte_off[:-1], byte_off[1:]
 
 
-def page_probs(path: Path, chunk: pq.ColumnChunkMetaData, column: pq.ColumnSchema, rows: int) -> Probs | None:
-    """A row group's ``probs`` (``rows`` values) read from the file's pages without decoding them: each row's
-    bytes where they lie in the column chunk (``_kernels.plain_spans``, over a read-only memory map of the
-    chunk), for a REQUIRED byte-array column of uncompressed PLAIN pages, as ``cess export`` writes it. None
-    for any other column chunk (pyarrow decodes it then, and reports what it finds wrong). pyarrow's decode
-    copied a row group's 26 MB of probabilities into fresh memory that the check then read once."""
-    if (compiled_checks is None or column.physical_type != "BYTE_ARRAY" or column.max_definition_level
-            or column.max_repetition_level or chunk.compression != "UNCOMPRESSED" or chunk.has_dictionary_page):
+def _mapped(path: Path, chunk: pq.ColumnChunkMetaData) -> np.ndarray | None:
+    """A column chunk's bytes, from its first data page, as a view of a read-only memory map of the file (the map
+    lives as long as the view); None for a chunk that is compressed, has a dictionary page or lies outside the file."""
+    if chunk.compression != "UNCOMPRESSED" or chunk.has_dictionary_page:
         return None
     first, size = chunk.data_page_offset, chunk.total_compressed_size
     start = first - first % mmap.ALLOCATIONGRANULARITY
@@ -210,34 +217,63 @@ def page_probs(path: Path, chunk: pq.ColumnChunkMetaData, column: pq.ColumnSchem
         if first < 0 or size <= 0 or first + size > os.fstat(file.fileno()).st_size:
             return None
         mapped = mmap.mmap(file.fileno(), first + size - start, prot=mmap.PROT_READ, offset=start)
-    pages = np.frombuffer(mapped, np.uint8)[first - start:]  # the map lives as long as this view
+    return np.frombuffer(mapped, np.uint8)[first - start:]
+
+
+def page_probs(path: Path, chunk: pq.ColumnChunkMetaData, column: pq.ColumnSchema, rows: int) -> Probs | None:
+    """A row group's ``probs`` (``rows`` values) read from the file's pages without decoding them: each row's
+    bytes where they lie in the column chunk (``_kernels.plain_spans``, over a read-only memory map of the
+    chunk), for a REQUIRED byte-array column of uncompressed PLAIN pages, as ``cess export`` writes it. None
+    for any other column chunk (pyarrow decodes it then, and reports what it finds wrong). pyarrow's decode
+    copied a row group's 26 MB of probabilities into fresh memory that the check then read once."""
+    if (compiled_checks is None or column.physical_type != "BYTE_ARRAY" or column.max_definition_level
+            or column.max_repetition_level or (pages := _mapped(path, chunk)) is None):
+        return None
     starts, ends = np.empty(rows, np.int64), np.empty(rows, np.int64)
     return (pages, starts, ends) if compiled_checks.plain_spans(pages, starts, ends) else None
 
 
-def compiled_check(batch: pa.RecordBatch, probs: Probs | None = None) -> Checked | None:
+def page_doubles(path: Path, chunk: pq.ColumnChunkMetaData, column: pq.ColumnSchema, list_nullable: bool,
+                 rows: int) -> DoubleList | None:
+    """A row group's list-of-float64 column (``rows`` lists; ``list_nullable``: whether the list itself may be NULL)
+    decoded from its uncompressed PLAIN pages by ``_kernels.plain_doubles``, over a read-only memory map of the
+    chunk; None for any other column chunk (pyarrow decodes it then). Its levels took pyarrow about twice as long."""
+    list_level = int(list_nullable)
+    if (compiled_checks is None or column.physical_type != "DOUBLE" or column.max_repetition_level != 1
+            or column.max_definition_level not in (list_level + 1, list_level + 2)
+            or (pages := _mapped(path, chunk)) is None):
+        return None
+    off, values, valid, absent = (np.empty(rows + 1, np.int64), np.empty(chunk.num_values, FLOAT),
+                                  np.empty(chunk.num_values, bool), np.empty(rows, bool))
+    items = compiled_checks.plain_doubles(pages, list_level, column.max_definition_level, off, values, valid, absent)
+    return None if items < 0 else (off, values[:items], valid[:items], absent)
+
+
+def compiled_check(batch: pa.RecordBatch, probs: Probs | None = None,
+                   lists: dict[str, DoubleList] | None = None) -> Checked | None:
     """:func:`check_flat_batch` in one compiled pass (``_kernels.check_flat``), or None where the pass does not
     apply: without the extension, for ``flat-1``, where a list it needs is NULL (round lists, document or
     chosen ids, probabilities: another writer's file) or a budget is, and where the ids were not read as
     dictionaries (``cess export`` writes them so; a reader that does not ask for them gets plain strings).
-    ``probs``: the probabilities when the batch was read without them (:func:`page_probs`).
+    ``probs``, ``lists``: the probabilities and the float lists (:data:`DOUBLE_LISTS`) that were read from the
+    file's pages (:func:`page_probs`, :func:`page_doubles`) instead of the batch.
     Its arrays hold every row (a suspect row's entries are never used)."""
-    col = batch.column
+    col, lists = batch.column, lists or {}
     doc_ids, chosen = col("doc_ids"), col("chosen")
     if (compiled_checks is None or col("budget").null_count
             or (probs is None and (not _binary(col("probs")) or col("probs").null_count))
-            or any(col(name).null_count for name in ("doc_ids", "chosen", *ROUND_LISTS))
+            or any(col(name).null_count for name in ("doc_ids", "chosen"))
             or not all(pa.types.is_dictionary(ids.type.value_type) for ids in (doc_ids, chosen))):
+        return None
+    (y_off, yv, y_valid, y_absent), (m_off, mv, _, m_absent), (s_off, sv, _, s_absent), (ry_off, rv, ry_valid,
+                                                                                         ry_absent) = (
+        lists[name] if name in lists else double_list(col(name)) for name in DOUBLE_LISTS)
+    if s_absent.any() or ry_absent.any():
         return None
     (doc_off, docs), (ch_off, ch_values) = unlist(doc_ids), unlist(chosen)
     encoded = encoded_ids(docs)
     chosen_map = pc.fill_null(pc.index_in(ch_values.dictionary, value_set=encoded.dictionary), -1)
-    (y_off, y), (m_off, m), (s_off, stop), (ry_off, ry) = (unlist(col(name)) for name in (
-        "doc_y", "doc_m", *ROUND_LISTS))
-    (yv, y_valid), (mv, _), (sv, _) = _values(y), _values(m), _values(stop)
-    y_absent, m_absent = nulls(col("doc_y")), nulls(col("doc_m"))
-    ry_any = ry.null_count < len(ry)
-    rv, ry_valid = _values(ry) if ry_any else (np.zeros(0), _NONE)
+    ry_any = bool(len(rv)) and (not len(ry_valid) or bool(ry_valid.any()))
     p_bytes, p_start, p_end = probs or _probs_spans(col("probs"))
     b, d, r = batch.num_rows, int(doc_off[-1]), int(ch_off[-1])
     bad, full = np.empty(b, bool), np.empty(r, bool)

@@ -379,8 +379,9 @@ def _probs_of(path: Path, group: int) -> parquet_flat.Probs | None:
     return parquet.group_probs(path, pq.read_metadata(path), group)
 
 
-PAGES = [({}, "one page a group"), ({"data_page_size": 256}, "many pages"),
-         ({"data_page_size": 256, "data_page_version": "2.0"}, "pages v2")]
+MANY_PAGES = {"data_page_size": 256, "write_batch_size": 10}
+"""Pages cut after every 10 values that pass 256 bytes (pyarrow checks a page's size once per batch of values)."""
+PAGES = [({}, "one page a group"), (MANY_PAGES, "many pages"), (MANY_PAGES | {"data_page_version": "2.0"}, "pages v2")]
 
 
 @pytest.mark.skipif(parquet_flat.compiled_checks is None, reason="the optional extension is not built")
@@ -403,6 +404,7 @@ def test_probabilities_are_read_where_the_pages_hold_them(
     spans = parquet_flat.compiled_checks.plain_spans
     monkeypatch.setattr(parquet_flat, "compiled_checks", type("Spied", (), {
         "check_flat": staticmethod(parquet_flat.compiled_checks.check_flat),
+        "plain_doubles": staticmethod(parquet_flat.compiled_checks.plain_doubles),
         "plain_spans": staticmethod(lambda *a: calls.append(1) or spans(*a))}))
     in_place = load_parquet(path, workers=2)
     assert len(calls) == file.num_row_groups
@@ -460,7 +462,7 @@ def test_a_damaged_probabilities_page_is_left_to_pyarrow_which_names_it(
 def test_the_page_reader_stays_within_any_bytes_it_is_given(tmp_path: Path) -> None:
     """Cut short, bytes flipped or random: it answers False, or spans that lie within the bytes."""
     rng, records = random.Random(9), [varied_trajectory(random.Random(9), i) for i in range(12)]
-    path = _export_like(tmp_path / "t.parquet", records, data_page_size=512)
+    path = _export_like(tmp_path / "t.parquet", records, **MANY_PAGES)
     pages, _, _ = _probs_of(path, 0) or pytest.fail("the export's pages are read in place")
     chunk = bytes(pages)
     tries = [chunk[:rng.randrange(len(chunk))] for _ in range(300)]
