@@ -15,7 +15,6 @@ import pytest
 from draligned.cess import parquet, parquet_flat
 from draligned.cess.parquet import load_parquet
 from draligned.cess.parquet_flat import DOUBLE_LISTS, FLAT_BINARY_SCHEMA, double_list
-from draligned.cess.trajectory import TrajectoryError
 from tests.cess.test_columns import varied_trajectory
 from tests.cess.test_parquet_flat import (
     BINARY,
@@ -23,7 +22,6 @@ from tests.cess.test_parquet_flat import (
     _equal,
     _export_like,
     _flat_file,
-    _header_damaged,
     binary_row,
 )
 
@@ -108,20 +106,6 @@ def test_float_lists_in_pages_of_another_kind_are_left_to_pyarrow(tmp_path: Path
                         pa.schema([f.with_type(pa.list_(pa.float64())) if f.name == "probs" else f
                                    for f in FLAT_BINARY_SCHEMA]), **PLAIN)
     assert sorted(_page_lists(flat_1, 0)) == sorted(DOUBLE_LISTS)  # the float lists of any flat file read alike
-
-
-def test_a_damaged_float_list_page_is_left_to_pyarrow_which_names_it(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    rng = random.Random(8)
-    path = _header_damaged(_export_like(tmp_path / "t.parquet", [varied_trajectory(rng, i) for i in range(20)]), 0,
-                           "doc_m.list.element")
-    assert "doc_m" not in _page_lists(path, 0)
-    with pytest.raises(TrajectoryError) as info:
-        load_parquet(path)
-    monkeypatch.setattr(parquet, "page_doubles", lambda *a: None)
-    with pytest.raises(TrajectoryError) as before:
-        load_parquet(path)
-    assert str(info.value) == str(before.value) and str(info.value).startswith("row group 0 (rows 1-20): doc_m: ")
 
 
 def test_the_float_list_reader_stays_within_any_bytes_it_is_given(tmp_path: Path) -> None:

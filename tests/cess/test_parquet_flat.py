@@ -315,9 +315,10 @@ def test_a_damaged_row_group_exits_2_naming_its_rows_and_column(
 
 
 def _header_damaged(path: Path, group: int, column: str) -> Path:
-    """The file with the first bytes of ``column``'s first page header in row group ``group`` overwritten."""
+    """The file with the first bytes of ``column``'s first page header in row group ``group`` overwritten (a list
+    column by its name: its one leaf)."""
     meta = pq.read_metadata(path)
-    index = [meta.schema.column(i).path for i in range(meta.num_columns)].index(column)
+    index = [meta.schema.column(i).path.split(".")[0] for i in range(meta.num_columns)].index(column)
     at = meta.row_group(group).column(index).data_page_offset
     data = bytearray(path.read_bytes())
     data[at:at + 6] = b"\xff" * 6
@@ -441,21 +442,30 @@ def test_probabilities_read_in_place_of_the_wrong_size_are_named(
     assert str(info.value) == f"row 2 (trajectory_id 't1'): probs: {message}"
 
 
+DAMAGED_PAGES = [
+    ("probs", "page_probs", lambda path: _probs_of(path, 0) is None),
+    ("doc_m", "page_doubles", lambda path: "doc_m" not in parquet.group_doubles(path, pq.read_metadata(path), 0))]
+"""A column whose first page header is damaged, the page reader that reads it in place, and whether it declined."""
+
+
 @pytest.mark.skipif(parquet_flat.compiled_checks is None, reason="the optional extension is not built")
-def test_a_damaged_probabilities_page_is_left_to_pyarrow_which_names_it(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(("column", "reader", "declined"), DAMAGED_PAGES, ids=[d[0] for d in DAMAGED_PAGES])
+def test_a_damaged_page_read_in_place_is_left_to_pyarrow_which_names_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, column: str, reader: str,
+        declined: Callable[[Path], bool]) -> None:
     """The page reader declines what it cannot read (here the first page header's bytes overwritten), and the
     load fails with the error it gave before there was a page reader."""
     rng = random.Random(8)
     path = _header_damaged(_export_like(tmp_path / "t.parquet", [varied_trajectory(rng, i) for i in range(20)]), 0,
-                           "probs")
-    assert _probs_of(path, 0) is None
+                           column)
+    assert declined(path)
     with pytest.raises(TrajectoryError) as info:
         load_parquet(path)
-    monkeypatch.setattr(parquet, "page_probs", lambda *a: None)
+    monkeypatch.setattr(parquet, reader, lambda *a: None)
     with pytest.raises(TrajectoryError) as before:
         load_parquet(path)
-    assert str(info.value) == str(before.value) and str(info.value).startswith("row group 0 (rows 1-20): probs: ")
+    assert str(info.value) == str(before.value)
+    assert str(info.value).startswith(f"row group 0 (rows 1-20): {column}: ")
 
 
 @pytest.mark.skipif(parquet_flat.compiled_checks is None, reason="the optional extension is not built")
