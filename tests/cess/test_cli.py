@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -184,3 +187,27 @@ def test_estimate_json_reproduces_hand_computed_trajectories(capsys: pytest.Capt
                 assert got[tid][key] == (value if value is None else pytest.approx(value, abs=1e-12)), (tid, key)
             else:
                 assert got[tid][key] == pytest.approx(value, abs=1e-12), (tid, key)
+
+
+_THREADS = """
+import os, sys
+from draligned.cli import main
+assert "numpy" not in sys.modules
+main(["cess", "estimate", sys.argv[1], "--json"])  # refused (no such file), after its module imported numpy
+assert "numpy" in sys.modules
+print(len(os.listdir("/proc/self/task")), os.environ.get("OPENBLAS_NUM_THREADS"))
+"""
+
+
+def test_the_commands_keep_numpys_blas_to_one_thread_unless_the_user_chose(tmp_path: Path) -> None:
+    """OpenBLAS's threads spun beside the command's own for 0.1 s after import (draligned.cli.one_blas_thread)."""
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+
+    def threads(**extra: str) -> tuple[int, str]:
+        out = subprocess.run([sys.executable, "-c", _THREADS, str(tmp_path / "absent.jsonl")], env=env | extra,
+                             capture_output=True, text=True, check=True).stdout.split()
+        return int(out[-2]), out[-1]
+
+    (default, setting), (chosen, kept) = threads(), threads(OPENBLAS_NUM_THREADS="2")
+    assert (setting, kept) == ("1", "2")
+    assert chosen - default == 1  # with the user's 2, one BLAS thread beside the caller's (and pyarrow's)
